@@ -1,0 +1,132 @@
+#include "reference/chunked.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "reference/prepare.hpp"
+
+namespace gdn::reference {
+
+namespace {
+template <class Scalar>
+using StridedMap = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
+}
+
+template <class Scalar>
+Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_size,
+                        ChunkTrace<Scalar>* trace) {
+  if (chunk_size < 1) throw ProblemError("chunk_size", "must be >= 1, got " + std::to_string(chunk_size));
+  validate(problem, inputs);
+  if (problem.store_intermediate_states)
+    throw ProblemError("store_intermediate_states",
+                       "is a per-token option; use the sequential reference for it");
+  const Prepared<Scalar> x = prepare<Scalar>(problem, inputs);
+  Outputs<Scalar> out = allocate_outputs<Scalar>(problem, inputs);
+  const int H = problem.H, HV = problem.HV, K = problem.K, V = problem.V;
+  const int C = chunk_size;
+
+  // Work buffers sized once for a full chunk; blocks of them serve shorter chunks.
+  Matrix<Scalar> S(K, V), S_next(K, V);
+  Matrix<Scalar> gram(C, C), attention(C, C);
+  Matrix<Scalar> rhs(C, K + V);        // [diag(beta e^gamma) K | diag(beta) V], solved in place -> [W | U]
+  Matrix<Scalar> stacked(2 * C, K);    // [W ; diag(e^gamma) Q]: one product with S0 serves both
+  Matrix<Scalar> stacked_state(2 * C, V);
+  Matrix<Scalar> vnew(C, V), decayed_keys(C, K);
+  Vector<Scalar> gamma(C);
+
+  for (int n = 0; n < problem.N(); ++n) {
+    const std::int64_t row = state_row(problem, inputs, n);
+    if (row < 0) continue;
+    const std::int64_t begin = problem.seq_begin(n), length = problem.seq_len(n);
+    for (int j = 0; j < HV; ++j) {
+      const int h = j / problem.group_size();
+      initial_state(problem, inputs, row, j, S);
+      int chunk_index = 0;
+      for (std::int64_t start = begin; start < begin + length; start += C, ++chunk_index) {
+        using std::exp;
+        const int c = static_cast<int>(std::min<std::int64_t>(C, begin + length - start));
+        const StridedMap<Scalar> Q(x.q.data() + (start * H + h) * K, c, K, Eigen::OuterStride<>(H * K));
+        const StridedMap<Scalar> Kc(x.k.data() + (start * H + h) * K, c, K, Eigen::OuterStride<>(H * K));
+        const StridedMap<Scalar> Vc(x.v.data() + (start * HV + j) * V, c, V, Eigen::OuterStride<>(HV * V));
+        Scalar running = 0;
+        for (int i = 0; i < c; ++i) {
+          running += x.g[static_cast<std::size_t>((start + i) * HV + j)];
+          gamma(i) = running;
+        }
+        auto beta = [&](int i) { return x.beta[static_cast<std::size_t>((start + i) * HV + j)]; };
+
+        // A = strictly lower (beta_i e^(gamma_i - gamma_j) k_i.k_j); the decay always from the
+        // difference, never a quotient of exponentials (§4).
+        auto G = gram.topLeftCorner(c, c);
+        G.noalias() = Kc * Kc.transpose();
+        auto P = attention.topLeftCorner(c, c);
+        P.noalias() = Q * Kc.transpose();
+        for (int i = 0; i < c; ++i) {
+          for (int jj = 0; jj < i; ++jj) {
+            const Scalar decay = exp(gamma(i) - gamma(jj));
+            G(i, jj) *= beta(i) * decay;
+            P(i, jj) *= decay;
+          }
+          for (int jj = i + 1; jj < c; ++jj) P(i, jj) = 0;  // Mask: i >= j
+        }
+        auto R = rhs.topLeftCorner(c, K + V);
+        for (int i = 0; i < c; ++i) {
+          R.row(i).head(K) = (beta(i) * exp(gamma(i))) * Kc.row(i);
+          R.row(i).tail(V) = beta(i) * Vc.row(i);
+        }
+        // [W | U] = (I + A)^-1 R by forward substitution on the unit lower triangle.
+        G.template triangularView<Eigen::StrictlyUpper>().setZero();
+        G.template triangularView<Eigen::UnitLower>().solveInPlace(R);
+
+        auto WQ = stacked.topRows(2 * c);
+        WQ.topRows(c) = R.leftCols(K);
+        for (int i = 0; i < c; ++i) WQ.row(c + i) = exp(gamma(i)) * Q.row(i);
+        auto WQ_S = stacked_state.topRows(2 * c);
+        WQ_S.noalias() = WQ * S;
+        auto Vn = vnew.topRows(c);
+        Vn = R.rightCols(V) - WQ_S.topRows(c);  // Vnew = U - W S0
+
+        // O = diag(e^gamma) Q S0 + (Mask . QK^T . E) Vnew   (scale is folded into Q)
+        Eigen::Map<Matrix<Scalar>, 0, Eigen::OuterStride<>> O(out.o.data() + (start * HV + j) * V, c, V,
+                                                             Eigen::OuterStride<>(HV * V));
+        O = WQ_S.bottomRows(c);
+        O.noalias() += P * Vn;
+
+        // S_end = e^gamma_c S0 + K^T diag(e^(gamma_c - gamma)) Vnew
+        auto DK = decayed_keys.topRows(c);
+        for (int i = 0; i < c; ++i) DK.row(i) = exp(gamma(c - 1) - gamma(i)) * Kc.row(i);
+        S_next = exp(gamma(c - 1)) * S;
+        S_next.noalias() += DK.transpose() * Vn;
+
+        if (trace) {
+          ChunkRecord<Scalar> record;
+          record.sequence = n;
+          record.head = j;
+          record.chunk = chunk_index;
+          record.begin = start;
+          record.length = c;
+          record.gamma = gamma.head(c);
+          record.A = G.template triangularView<Eigen::StrictlyLower>();
+          record.T = Matrix<Scalar>::Identity(c, c);
+          G.template triangularView<Eigen::UnitLower>().solveInPlace(record.T);
+          record.W = R.leftCols(K);
+          record.U = R.rightCols(V);
+          record.Vnew = Vn;
+          record.S0 = S;
+          record.S_end = S_next;
+          trace->records.push_back(std::move(record));
+        }
+        S.swap(S_next);
+      }
+      if (problem.has_hT) store_state(problem, S, row, j, out.hT.data());
+    }
+  }
+  return out;
+}
+
+template Outputs<float> chunked<float>(const Problem&, const Inputs&, int, ChunkTrace<float>*);
+template Outputs<double> chunked<double>(const Problem&, const Inputs&, int, ChunkTrace<double>*);
+template Outputs<long double> chunked<long double>(const Problem&, const Inputs&, int,
+                                                   ChunkTrace<long double>*);
+
+}  // namespace gdn::reference
