@@ -7,11 +7,6 @@
 
 namespace gdn::reference {
 
-namespace {
-template <class Scalar>
-using StridedMap = Eigen::Map<const Matrix<Scalar>, 0, Eigen::OuterStride<>>;
-}
-
 template <class Scalar>
 Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_size,
                         ChunkTrace<Scalar>* trace) {
@@ -20,9 +15,8 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
   if (problem.store_intermediate_states)
     throw ProblemError("store_intermediate_states",
                        "is a per-token option; use the sequential reference for it");
-  const Prepared<Scalar> x = prepare<Scalar>(problem, inputs);
   Outputs<Scalar> out = allocate_outputs<Scalar>(problem, inputs);
-  const int H = problem.H, HV = problem.HV, K = problem.K, V = problem.V;
+  const int HV = problem.HV, K = problem.K, V = problem.V;
   const int C = chunk_size;
 
   // Work buffers sized once for a full chunk; blocks of them serve shorter chunks.
@@ -32,7 +26,8 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
   Matrix<Scalar> stacked(2 * C, K);    // [W ; diag(e^gamma) Q]: one product with S0 serves both
   Matrix<Scalar> stacked_state(2 * C, V);
   Matrix<Scalar> vnew(C, V), decayed_keys(C, K);
-  Vector<Scalar> gamma(C);
+  Matrix<Scalar> queries(C, K), keys(C, K), values(C, V);
+  Vector<Scalar> gamma(C), betas(C);
 
   for (int n = 0; n < problem.N(); ++n) {
     const std::int64_t row = state_row(problem, inputs, n);
@@ -45,15 +40,23 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
       for (std::int64_t start = begin; start < begin + length; start += C, ++chunk_index) {
         using std::exp;
         const int c = static_cast<int>(std::min<std::int64_t>(C, begin + length - start));
-        const StridedMap<Scalar> Q(x.q.data() + (start * H + h) * K, c, K, Eigen::OuterStride<>(H * K));
-        const StridedMap<Scalar> Kc(x.k.data() + (start * H + h) * K, c, K, Eigen::OuterStride<>(H * K));
-        const StridedMap<Scalar> Vc(x.v.data() + (start * HV + j) * V, c, V, Eigen::OuterStride<>(HV * V));
+        // Gather the chunk into small contiguous buffers (stays in cache; no converted copy
+        // of the whole input is ever made).
         Scalar running = 0;
         for (int i = 0; i < c; ++i) {
-          running += x.g[static_cast<std::size_t>((start + i) * HV + j)];
+          load_qk(problem, inputs, start + i, h, &queries(i, 0), &keys(i, 0));
+          values.row(i) = Eigen::Map<const Vector<double>>(inputs.v.data() + ((start + i) * HV + j) * V, V)
+                              .transpose()
+                              .template cast<Scalar>();
+          Scalar g;
+          load_gates(problem, inputs, start + i, j, &g, &betas(i));
+          running += g;
           gamma(i) = running;
         }
-        auto beta = [&](int i) { return x.beta[static_cast<std::size_t>((start + i) * HV + j)]; };
+        const auto Q = queries.topRows(c);
+        const auto Kc = keys.topRows(c);
+        const auto Vc = values.topRows(c);
+        auto beta = [&](int i) { return betas(i); };
 
         // A = strictly lower (beta_i e^(gamma_i - gamma_j) k_i.k_j); the decay always from the
         // difference, never a quotient of exponentials (§4).
@@ -62,12 +65,11 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
         auto P = attention.topLeftCorner(c, c);
         P.noalias() = Q * Kc.transpose();
         for (int i = 0; i < c; ++i) {
-          for (int jj = 0; jj < i; ++jj) {
-            const Scalar decay = exp(gamma(i) - gamma(jj));
-            G(i, jj) *= beta(i) * decay;
-            P(i, jj) *= decay;
-          }
-          for (int jj = i + 1; jj < c; ++jj) P(i, jj) = 0;  // Mask: i >= j
+          // Vectorised exp of the row's differences (Eigen's packet exp).
+          const auto decay = (gamma(i) - gamma.head(i).array()).exp().transpose();
+          G.row(i).head(i).array() *= beta(i) * decay;
+          P.row(i).head(i).array() *= decay;
+          P.row(i).tail(c - 1 - i).setZero();  // Mask: i >= j
         }
         auto R = rhs.topLeftCorner(c, K + V);
         for (int i = 0; i < c; ++i) {

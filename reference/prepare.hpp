@@ -1,22 +1,13 @@
 #pragma once
 // The part of the recurrence that is the same for every formulation: inputs converted to the
 // reference's scalar, l2norm (§2), scale folded into q, and the gates (§3) resolved into
-// g and beta. Both the sequential and the chunked reference start from this.
+// g and beta. Both the sequential and the chunked reference read their inputs through this.
 #include <cmath>
 #include <vector>
 
 #include "core/problem.hpp"
 
 namespace gdn::reference {
-
-template <class Scalar>
-struct Prepared {
-  std::vector<Scalar> q;     // [T, H, K], normalised if use_qk_l2norm, times scale
-  std::vector<Scalar> k;     // [T, H, K], normalised if use_qk_l2norm
-  std::vector<Scalar> v;     // [T, HV, V]
-  std::vector<Scalar> g;     // [T, HV], log decay
-  std::vector<Scalar> beta;  // [T, HV]
-};
 
 template <class Scalar>
 Scalar softplus(Scalar x) {
@@ -49,40 +40,36 @@ void l2normalize(Scalar* x, int n) {
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
+// q^ (times scale) and k^ of token t, query/key head h, in Scalar: the l2norm of §2 when the
+// problem asks for it. Row by row, so the chunked reference can gather a chunk into small
+// buffers without materialising converted copies of whole tensors.
 template <class Scalar>
-Prepared<Scalar> prepare(const Problem& problem, const Inputs& inputs) {
-  Prepared<Scalar> out;
-  auto convert = [](const HostTensor<double>& t) {
-    return std::vector<Scalar>(t.storage().begin(), t.storage().end());
-  };
-  out.q = convert(inputs.q);
-  out.k = convert(inputs.k);
-  out.v = convert(inputs.v);
-  const std::int64_t rows = problem.T * problem.H;
+void load_qk(const Problem& problem, const Inputs& inputs, std::int64_t t, int h, Scalar* q, Scalar* k) {
+  const std::int64_t base = (t * problem.H + h) * problem.K;
+  for (int i = 0; i < problem.K; ++i) {
+    q[i] = static_cast<Scalar>(inputs.q[base + i]);
+    k[i] = static_cast<Scalar>(inputs.k[base + i]);
+  }
   if (problem.use_qk_l2norm) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      l2normalize(out.q.data() + r * problem.K, problem.K);
-      l2normalize(out.k.data() + r * problem.K, problem.K);
-    }
+    l2normalize(q, problem.K);
+    l2normalize(k, problem.K);
   }
   const Scalar scale = static_cast<Scalar>(problem.effective_scale());
-  for (Scalar& x : out.q) x *= scale;
+  for (int i = 0; i < problem.K; ++i) q[i] *= scale;
+}
+
+// g and beta of token t, value head j: given directly, or through the fused gates of §3.
+template <class Scalar>
+void load_gates(const Problem& problem, const Inputs& inputs, std::int64_t t, int j, Scalar* g, Scalar* beta) {
+  const std::int64_t i = t * problem.HV + j;
   if (problem.gate_mode == GateMode::direct) {
-    out.g = convert(inputs.g);
-    out.beta = convert(inputs.beta);
+    *g = static_cast<Scalar>(inputs.g[i]);
+    *beta = static_cast<Scalar>(inputs.beta[i]);
   } else {
-    const std::int64_t n = problem.T * problem.HV;
-    out.g.resize(static_cast<std::size_t>(n));
-    out.beta.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t j = i % problem.HV;
-      fused_gates<Scalar>(static_cast<Scalar>(inputs.a[i]), static_cast<Scalar>(inputs.b[i]),
-                          static_cast<Scalar>(inputs.A_log[j]), static_cast<Scalar>(inputs.dt_bias[j]),
-                          problem.allow_negative_eigenvalues, &out.g[static_cast<std::size_t>(i)],
-                          &out.beta[static_cast<std::size_t>(i)]);
-    }
+    fused_gates<Scalar>(static_cast<Scalar>(inputs.a[i]), static_cast<Scalar>(inputs.b[i]),
+                        static_cast<Scalar>(inputs.A_log[j]), static_cast<Scalar>(inputs.dt_bias[j]),
+                        problem.allow_negative_eigenvalues, g, beta);
   }
-  return out;
 }
 
 }  // namespace gdn::reference

@@ -10,12 +10,11 @@ namespace gdn::reference {
 template <class Scalar>
 Outputs<Scalar> sequential(const Problem& problem, const Inputs& inputs) {
   validate(problem, inputs);
-  const Prepared<Scalar> x = prepare<Scalar>(problem, inputs);
   Outputs<Scalar> out = allocate_outputs<Scalar>(problem, inputs);
-  const int H = problem.H, HV = problem.HV, K = problem.K, V = problem.V;
+  const int HV = problem.HV, K = problem.K, V = problem.V;
 
   Matrix<Scalar> S(K, V);
-  Vector<Scalar> u(V);
+  Vector<Scalar> u(V), q(K), k(K);
   for (int n = 0; n < problem.N(); ++n) {
     const std::int64_t row = state_row(problem, inputs, n);
     if (row < 0) continue;  // padding sequence: outputs stay zero, nothing is read or written
@@ -24,11 +23,11 @@ Outputs<Scalar> sequential(const Problem& problem, const Inputs& inputs) {
       initial_state(problem, inputs, row, j, S);
       for (std::int64_t t = problem.seq_begin(n); t < problem.seq_begin(n) + problem.seq_len(n); ++t) {
         using std::exp;
-        const Eigen::Map<const Vector<Scalar>> q(x.q.data() + (t * H + h) * K, K);
-        const Eigen::Map<const Vector<Scalar>> k(x.k.data() + (t * H + h) * K, K);
-        const Eigen::Map<const Vector<Scalar>> v(x.v.data() + (t * HV + j) * V, V);
-        const Scalar g = x.g[static_cast<std::size_t>(t * HV + j)];
-        const Scalar beta = x.beta[static_cast<std::size_t>(t * HV + j)];
+        load_qk(problem, inputs, t, h, q.data(), k.data());
+        const Vector<Scalar> v =
+            Eigen::Map<const Vector<double>>(inputs.v.data() + (t * HV + j) * V, V).template cast<Scalar>();
+        Scalar g, beta;
+        load_gates(problem, inputs, t, j, &g, &beta);
         S *= exp(g);                                         // 1. decay first
         u.noalias() = beta * (v - S.transpose() * k);        // 2. delta against decayed state
         S.noalias() += k * u.transpose();                    // 3. rank-one write
