@@ -1,0 +1,370 @@
+#include "oracle/budget.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "reference/emulate.hpp"
+#include "reference/sequential.hpp"
+
+namespace gdn::oracle {
+
+const char* budget_model_name(BudgetModel model) {
+  switch (model) {
+    case BudgetModel::calibrated: return "calibrated";
+    case BudgetModel::fixed: return "fixed";
+    case BudgetModel::bitwise: return "bitwise";
+  }
+  return "?";
+}
+
+bool parse_budget_model(const std::string& text, BudgetModel* out) {
+  for (BudgetModel m : {BudgetModel::calibrated, BudgetModel::fixed, BudgetModel::bitwise})
+    if (text == budget_model_name(m)) {
+      *out = m;
+      return true;
+    }
+  return false;
+}
+
+namespace {
+
+std::string sci(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.2e", x);
+  return buffer;
+}
+
+std::string compact(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+}  // namespace
+
+std::string BudgetOptions::describe() const {
+  switch (model) {
+    case BudgetModel::calibrated:
+      if (factor == 2.0 && floor_units == 1.0) return "calibrated";
+      return "calibrated(factor=" + compact(factor) + ",floor=" + compact(floor_units) + ")";
+    case BudgetModel::fixed:
+      if (fixed_rel_rms) return "fixed(rel_rms=" + compact(*fixed_rel_rms) + ")";
+      if (fixed_rel_rms_chunked == 0.005 && fixed_rel_rms_recurrent == 0.002) return "fixed";
+      return "fixed(chunked=" + compact(fixed_rel_rms_chunked) + ",recurrent=" + compact(fixed_rel_rms_recurrent) + ")";
+    case BudgetModel::bitwise: return "bitwise";
+  }
+  return "?";
+}
+
+bool parse_budget(const std::string& text, BudgetOptions* out, std::string* error) {
+  static const std::regex form(R"(^([a-z]+)(\((.*)\))?$)");
+  std::smatch match;
+  if (!std::regex_match(text, match, form)) {
+    *error = "budget '" + text + "' is not NAME or NAME(key=value,...)";
+    return false;
+  }
+  BudgetOptions options;
+  if (!parse_budget_model(match[1].str(), &options.model)) {
+    *error = "budget model must be calibrated, fixed or bitwise, got '" + match[1].str() + "'";
+    return false;
+  }
+  std::stringstream params(match[3].str());
+  std::string item;
+  while (std::getline(params, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      *error = "budget parameter '" + item + "' is not key=value";
+      return false;
+    }
+    const std::string key = item.substr(0, eq);
+    double value = 0;
+    try {
+      std::size_t used = 0;
+      value = std::stod(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      *error = "budget parameter '" + key + "' needs a number, got '" + item.substr(eq + 1) + "'";
+      return false;
+    }
+    if (!(value >= 0) || !std::isfinite(value)) {
+      *error = "budget parameter '" + key + "' must be finite and >= 0";
+      return false;
+    }
+    if (options.model == BudgetModel::calibrated && key == "factor") options.factor = value;
+    else if (options.model == BudgetModel::calibrated && key == "floor") options.floor_units = value;
+    else if (options.model == BudgetModel::fixed && key == "rel_rms") options.fixed_rel_rms = value;
+    else if (options.model == BudgetModel::fixed && key == "chunked") options.fixed_rel_rms_chunked = value;
+    else if (options.model == BudgetModel::fixed && key == "recurrent") options.fixed_rel_rms_recurrent = value;
+    else {
+      *error = "budget " + std::string(budget_model_name(options.model)) + " has no parameter '" + key + "'";
+      return false;
+    }
+  }
+  *out = options;
+  return true;
+}
+
+const char* status_name(Status status) {
+  switch (status) {
+    case Status::pass: return "PASS";
+    case Status::fail: return "FAIL";
+    case Status::skipped: return "SKIPPED";
+    case Status::error: return "ERROR";
+  }
+  return "?";
+}
+
+const Check* Verdict::worst_check() const {
+  const Check* worst = nullptr;
+  for (const Check& c : checks)
+    if (!worst || c.margin > worst->margin || (std::isnan(c.margin) && !std::isnan(worst->margin))) worst = &c;
+  return worst;
+}
+
+double Verdict::worst_margin() const {
+  const Check* c = worst_check();
+  return c ? c->margin : 0.0;
+}
+
+std::string Verdict::summary() const {
+  std::ostringstream s;
+  s << status_name(status) << "  " << implementation << "  " << case_name;
+  if (const Check* c = worst_check())
+    s << "  worst " << output_tensor_name(c->tensor) << "." << c->metric << " " << sci(c->error) << " / "
+      << sci(c->budget) << " = margin " << sci(c->margin);
+  if (!message.empty()) s << "  (" << message << ")";
+  return s.str();
+}
+
+std::string Verdict::details() const {
+  std::ostringstream s;
+  s << summary() << "\n  problem: " << problem << "\n  budget: " << budget << "\n";
+  for (const Check& c : checks)
+    s << "  " << (c.pass ? "ok   " : "OVER ") << output_tensor_name(c.tensor) << "." << c.metric << "  error "
+      << sci(c.error) << "  budget " << sci(c.budget) << "  margin " << sci(c.margin) << "  [" << c.basis << "]\n";
+  for (const TensorMetrics& m : metrics) {
+    s << "  " << output_tensor_name(m.tensor) << " (" << dtype_name(m.dtype) << ", " << m.count
+      << " elements): max_abs " << sci(m.max_abs_error) << "  rel_rms " << sci(m.rel_rms) << "  max_rel "
+      << sci(m.max_rel_error) << "  max_ulp " << sci(m.max_ulp) << "  mismatches " << m.mismatches
+      << "  nan " << m.nan_count << "  inf " << m.inf_count;
+    if (m.worst.flat >= 0)
+      s << "\n    worst at " << m.worst.describe() << ": reference " << m.worst_ref << ", got " << m.worst_value;
+    s << "\n";
+  }
+  return s.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const Verdict& verdict) { return out << verdict.details(); }
+
+namespace {
+nlohmann::json number(double x) {
+  if (std::isfinite(x)) return x;
+  if (std::isnan(x)) return "nan";
+  return x > 0 ? "inf" : "-inf";
+}
+
+double margin_of(double error, double budget) {
+  if (std::isnan(error)) return INFINITY;
+  if (error == 0) return 0.0;
+  if (budget == 0) return INFINITY;
+  return error / budget;
+}
+
+Check make_check(OutputTensor tensor, std::string metric, double error, double budget, std::string basis) {
+  Check c;
+  c.tensor = tensor;
+  c.metric = std::move(metric);
+  c.error = error;
+  c.budget = budget;
+  c.margin = margin_of(error, budget);
+  c.pass = c.margin <= 1.0;
+  c.basis = std::move(basis);
+  return c;
+}
+
+const HostTensor<double>& tensor_of(const Outputs<double>& outputs, OutputTensor tensor) {
+  switch (tensor) {
+    case OutputTensor::o: return outputs.o;
+    case OutputTensor::hT: return outputs.hT;
+    case OutputTensor::intermediate: return outputs.intermediate;
+  }
+  return outputs.o;
+}
+
+std::vector<OutputTensor> judged_tensors(const Problem& problem) {
+  std::vector<OutputTensor> tensors{OutputTensor::o};
+  if (problem.has_hT) tensors.push_back(OutputTensor::hT);
+  if (problem.store_intermediate_states) tensors.push_back(OutputTensor::intermediate);
+  return tensors;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Check& c) {
+  return {{"tensor", output_tensor_name(c.tensor)}, {"metric", c.metric}, {"error", number(c.error)},
+          {"budget", number(c.budget)}, {"margin", number(c.margin)}, {"pass", c.pass}, {"basis", c.basis}};
+}
+
+nlohmann::json to_json(const Verdict& v) {
+  nlohmann::json j = {{"case", v.case_name},
+                      {"problem", v.problem},
+                      {"implementation", v.implementation},
+                      {"budget", v.budget},
+                      {"status", status_name(v.status)},
+                      {"message", v.message},
+                      {"worst_margin", number(v.worst_margin())},
+                      {"seconds", v.seconds}};
+  j["checks"] = nlohmann::json::array();
+  for (const Check& c : v.checks) j["checks"].push_back(to_json(c));
+  j["metrics"] = nlohmann::json::array();
+  for (const TensorMetrics& m : v.metrics) j["metrics"].push_back(to_json(m));
+  j["baseline_metrics"] = nlohmann::json::array();
+  for (const TensorMetrics& m : v.baseline_metrics) j["baseline_metrics"].push_back(to_json(m));
+  return j;
+}
+
+Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double>& reference,
+              const Outputs<double>& actual, const Outputs<double>* baseline, Formulation formulation,
+              const BudgetOptions& options) {
+  Verdict v;
+  v.problem = problem.describe();
+  v.budget = options.describe();
+  if (options.model == BudgetModel::calibrated && !baseline)
+    throw std::invalid_argument("oracle::judge: the calibrated budget needs the emulation's outputs");
+  for (OutputTensor tensor : judged_tensors(problem)) {
+    const char* name = output_tensor_name(tensor);
+    const HostTensor<double>& x = tensor_of(actual, tensor);
+    const Shape expected = output_shape(problem, tensor);
+    if (x.shape() != expected) {
+      v.status = Status::error;
+      v.message = std::string("output '") + name + "' has shape " +
+                  (x.defined() ? shape_string(x.shape()) : std::string("(missing)")) + ", expected " +
+                  shape_string(expected);
+      return v;
+    }
+    const TensorMetrics m = compare(problem, inputs, tensor, tensor_of(reference, tensor), x);
+    v.metrics.push_back(m);
+    const DType dtype = output_dtype(problem, tensor);
+    const double u = unit_roundoff(dtype);
+    switch (options.model) {
+      case BudgetModel::calibrated: {
+        const TensorMetrics b = compare(problem, inputs, tensor, tensor_of(reference, tensor), tensor_of(*baseline, tensor));
+        v.baseline_metrics.push_back(b);
+        const double rms_floor = options.floor_units * u;
+        const double abs_floor = options.floor_units * ulp_of(dtype, m.max_abs_ref);
+        const std::string units = compact(options.floor_units) + " u " + dtype_name(dtype);
+        v.checks.push_back(make_check(tensor, "rel_rms", m.rel_rms, options.factor * b.rel_rms + rms_floor,
+                                      compact(options.factor) + " x " + sci(b.rel_rms) + " (emulation) + " +
+                                          sci(rms_floor) + " (" + units + ")"));
+        v.checks.push_back(make_check(tensor, "max_abs", m.max_abs_error,
+                                      options.factor * b.max_abs_error + abs_floor,
+                                      compact(options.factor) + " x " + sci(b.max_abs_error) + " (emulation) + " +
+                                          sci(abs_floor) + " (" + compact(options.floor_units) + " ulp " +
+                                          dtype_name(dtype) + " at max|ref|)"));
+        break;
+      }
+      case BudgetModel::fixed: {
+        const double threshold = options.fixed_rel_rms ? *options.fixed_rel_rms
+                                 : formulation == Formulation::chunked ? options.fixed_rel_rms_chunked
+                                                                       : options.fixed_rel_rms_recurrent;
+        v.checks.push_back(make_check(tensor, "rel_rms", m.rel_rms, threshold,
+                                      options.fixed_rel_rms ? std::string("fixed")
+                                      : formulation == Formulation::chunked ? std::string("fixed, chunked")
+                                                                            : std::string("fixed, recurrent")));
+        // A fixed relative RMS says nothing about a few NaNs among many finite values: hold
+        // non-finite mismatches to zero explicitly.
+        v.checks.push_back(make_check(tensor, "nonfinite", double(m.nonfinite_mismatches), 0.0, "none allowed"));
+        break;
+      }
+      case BudgetModel::bitwise:
+        v.checks.push_back(make_check(tensor, "mismatches", double(m.mismatches), 0.0, "bit for bit"));
+        break;
+    }
+  }
+  bool pass = true;
+  for (const Check& c : v.checks) pass = pass && c.pass;
+  v.status = pass ? Status::pass : Status::fail;
+  return v;
+}
+
+CaseContext::CaseContext(std::string name, Problem problem, Inputs inputs, Oracle oracle)
+    : name_(std::move(name)), problem_(std::move(problem)), inputs_(std::move(inputs)), oracle_(oracle) {}
+
+const Outputs<double>& CaseContext::exact() {
+  if (!exact_)
+    exact_ = oracle_ == Oracle::f64 ? reference::sequential<double>(problem_, inputs_)
+                                    : reference::sequential<long double>(problem_, inputs_).cast<double>();
+  return *exact_;
+}
+
+const Outputs<double>& CaseContext::emulation(Formulation formulation, int chunk_size) {
+  if (problem_.store_intermediate_states) formulation = Formulation::sequential;
+  const int key = formulation == Formulation::sequential ? 0 : chunk_size;
+  auto it = emulations_.find(key);
+  if (it == emulations_.end())
+    it = emulations_.emplace(key, reference::emulate(problem_, inputs_, formulation, chunk_size)).first;
+  return it->second;
+}
+
+namespace {
+Verdict skipped(const std::string& implementation, const CaseContext& context, const BudgetOptions& options,
+                std::string why) {
+  Verdict v;
+  v.case_name = context.name();
+  v.problem = context.problem().describe();
+  v.implementation = implementation;
+  v.budget = options.describe();
+  v.status = Status::skipped;
+  v.message = std::move(why);
+  return v;
+}
+}  // namespace
+
+Verdict evaluate_outputs(const std::string& implementation_name, Formulation formulation, int chunk_size,
+                         CaseContext& context, const Outputs<double>& actual, const BudgetOptions& options) {
+  const Outputs<double>* baseline =
+      options.model == BudgetModel::calibrated ? &context.emulation(formulation, chunk_size) : nullptr;
+  Verdict v = judge(context.problem(), &context.inputs(), context.exact(), actual, baseline, formulation, options);
+  v.case_name = context.name();
+  v.implementation = implementation_name;
+  return v;
+}
+
+Verdict evaluate(Implementation& implementation, CaseContext& context, const BudgetOptions& options,
+                 Outputs<double>* actual_out) {
+  const std::string name = implementation.name();
+  std::string why;
+  if (!implementation.available(&why)) return skipped(name, context, options, "not available: " + why);
+  if (!implementation.supports(context.problem(), &why)) return skipped(name, context, options, "unsupported: " + why);
+  Verdict v;
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    Outputs<double> actual = implementation.run(context.problem(), context.inputs());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (options.model == BudgetModel::bitwise) {
+      const Outputs<double> again = implementation.run(context.problem(), context.inputs());
+      v = judge(context.problem(), &context.inputs(), actual, again, nullptr, implementation.formulation(), options);
+      v.message = "run twice, compared bit for bit";
+    } else {
+      v = evaluate_outputs(name, implementation.formulation(), implementation.chunk_size(), context, actual, options);
+    }
+    v.seconds = seconds;
+    if (actual_out) *actual_out = std::move(actual);
+  } catch (const std::exception& e) {
+    v = skipped(name, context, options, std::string("threw: ") + e.what());
+    v.status = Status::error;
+  }
+  v.case_name = context.name();
+  v.implementation = name;
+  return v;
+}
+
+}  // namespace gdn::oracle

@@ -1,0 +1,124 @@
+#pragma once
+// Error budgets and verdicts. A verdict is never a bare boolean: every check carries the error,
+// the budget it was held to, how that budget was formed, and the margin error / budget.
+// The models and the reasoning behind their numbers: oracle/BUDGETS.md.
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/implementation.hpp"
+#include "oracle/metrics.hpp"
+
+namespace gdn::oracle {
+
+enum class BudgetModel { calibrated, fixed, bitwise };
+const char* budget_model_name(BudgetModel model);
+bool parse_budget_model(const std::string& text, BudgetModel* out);
+
+struct BudgetOptions {
+  BudgetModel model = BudgetModel::calibrated;
+  // calibrated: error <= factor * (emulation's error) + floor_units * (output dtype's rounding).
+  double factor = 2.0;
+  double floor_units = 1.0;
+  // fixed: relative RMS thresholds as other projects use them (BUDGETS.md).
+  double fixed_rel_rms_chunked = 0.005;
+  double fixed_rel_rms_recurrent = 0.002;
+  // Replaces both thresholds (e.g. for the double references: BUDGETS.md, "references").
+  std::optional<double> fixed_rel_rms;
+
+  // "calibrated", "calibrated(factor=3,floor=1)", "fixed", "fixed(rel_rms=1e-12)", "bitwise".
+  std::string describe() const;
+};
+// Parses the describe() forms above (and plain names).
+bool parse_budget(const std::string& text, BudgetOptions* out, std::string* error);
+
+enum class Status { pass, fail, skipped, error };
+const char* status_name(Status status);  // "PASS", "FAIL", "SKIPPED", "ERROR"
+
+struct Check {
+  OutputTensor tensor = OutputTensor::o;
+  std::string metric;  // "rel_rms", "max_abs", "mismatches"
+  double error = 0;
+  double budget = 0;
+  double margin = 0;   // error / budget (0 when both are 0, inf when only the budget is)
+  bool pass = false;
+  std::string basis;   // how the budget was formed, e.g. "2 x 1.6e-03 (emulation) + 3.9e-03 (1 u bf16)"
+};
+
+struct Verdict {
+  std::string case_name;
+  std::string problem;         // Problem::describe()
+  std::string implementation;
+  std::string budget;          // BudgetOptions::describe()
+  Status status = Status::error;
+  std::string message;         // skip reason, error text, notes
+  std::vector<Check> checks;
+  std::vector<TensorMetrics> metrics;           // implementation vs the oracle
+  std::vector<TensorMetrics> baseline_metrics;  // emulation vs the oracle (calibrated)
+  double seconds = 0;          // wall time of the implementation's run
+
+  bool passed() const { return status == Status::pass; }
+  bool failed() const { return status == Status::fail || status == Status::error; }
+  // The check with the largest margin (null when there are none).
+  const Check* worst_check() const;
+  double worst_margin() const;
+  std::string summary() const;  // one line
+  std::string details() const;  // every check and metric, several lines
+};
+std::ostream& operator<<(std::ostream& out, const Verdict& verdict);
+nlohmann::json to_json(const Verdict& verdict);
+nlohmann::json to_json(const Check& check);
+
+// Judges `actual` against `reference` (the oracle's outputs) under the options. baseline is the
+// precision-emulating reference's outputs on the same input: required for calibrated, unused
+// otherwise. For bitwise, `reference` is whatever the outputs must equal bit for bit (another
+// run, another packing). Checks o, and hT / intermediate when the problem asks for them.
+Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double>& reference,
+              const Outputs<double>& actual, const Outputs<double>* baseline, Formulation formulation,
+              const BudgetOptions& options);
+
+// One problem and its inputs with the oracle's and the emulations' outputs computed once and
+// shared by every implementation judged on it.
+class CaseContext {
+ public:
+  // f64: reference::sequential<double>, the oracle of fuzzing (fast). f80: the recurrence in
+  // long double, for conformance, where the double references themselves are under test.
+  enum class Oracle { f64, f80 };
+  CaseContext(std::string name, Problem problem, Inputs inputs, Oracle oracle = Oracle::f64);
+  const std::string& name() const { return name_; }
+  const Problem& problem() const { return problem_; }
+  const Inputs& inputs() const { return inputs_; }
+  // The oracle's outputs (widened/narrowed to double).
+  const Outputs<double>& exact();
+  Oracle oracle() const { return oracle_; }
+  // reference::emulate for the formulation (chunked at chunk_size). A chunked formulation
+  // cannot produce per-token states, so with store_intermediate_states the sequential
+  // emulation stands in (BUDGETS.md).
+  const Outputs<double>& emulation(Formulation formulation, int chunk_size);
+
+ private:
+  std::string name_;
+  Problem problem_;
+  Inputs inputs_;
+  Oracle oracle_;
+  std::optional<Outputs<double>> exact_;
+  std::map<int, Outputs<double>> emulations_;  // key: 0 sequential, C chunked
+};
+
+// Runs the implementation on the case and judges it: SKIPPED when it is not available here or
+// does not support the problem (with the reason), ERROR when it throws, else PASS/FAIL.
+// Under bitwise it runs twice and compares the runs (determinism).
+// When actual_out is non-null it receives the implementation's outputs.
+Verdict evaluate(Implementation& implementation, CaseContext& context, const BudgetOptions& options,
+                 Outputs<double>* actual_out = nullptr);
+
+// Judges outputs someone else computed (an external implementation's, read from a case file).
+Verdict evaluate_outputs(const std::string& implementation_name, Formulation formulation, int chunk_size,
+                         CaseContext& context, const Outputs<double>& actual, const BudgetOptions& options);
+
+}  // namespace gdn::oracle

@@ -1,0 +1,196 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "fuzz/inputs.hpp"
+#include "oracle/budget.hpp"
+#include "oracle/implementations.hpp"
+#include "oracle/registry.hpp"
+#include "reference/emulate.hpp"
+#include "reference/sequential.hpp"
+
+using namespace gdn;
+using namespace gdn::oracle;
+
+namespace {
+
+Problem f32_problem() {
+  Problem p = Problem::packed({150, 7, 90}, 2, 4, 32, 16);
+  p.has_h0 = true;
+  p.has_hT = true;
+  return p;
+}
+
+// exact + s * (emulation - exact): an implementation whose error is exactly s times the
+// emulation's, element by element.
+Outputs<double> scaled_error(const Outputs<double>& exact, const Outputs<double>& emulated, double s) {
+  Outputs<double> out = exact;
+  for (std::int64_t i = 0; i < out.o.numel(); ++i) out.o[i] = exact.o[i] + s * (emulated.o[i] - exact.o[i]);
+  for (std::int64_t i = 0; i < out.hT.numel(); ++i) out.hT[i] = exact.hT[i] + s * (emulated.hT[i] - exact.hT[i]);
+  return out;
+}
+
+}  // namespace
+
+// The rel_rms check of tensor o.
+const Check& rel_rms_check(const Verdict& v) {
+  for (const Check& c : v.checks)
+    if (c.tensor == OutputTensor::o && c.metric == "rel_rms") return c;
+  FAIL("no o.rel_rms check");
+  return v.checks.front();
+}
+
+TEST_CASE("calibrated: equal to the emulation passes, 1.5x passes, 3x worse fails", "[oracle][budget]") {
+  const Problem p = f32_problem();
+  const Inputs in = fuzz::make_inputs(p, {}, 11);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
+  BudgetOptions options;  // calibrated, factor 2, floor 1 u
+  const Verdict baseline = judge(p, &in, exact, emulated, &emulated, Formulation::sequential, options);
+  REQUIRE(baseline.baseline_metrics.size() == 2);
+  // fp32 emulation is accurate (a few u): the budget is 2 e + 1 u, the margins follow from it.
+  const double e = baseline.baseline_metrics[0].rel_rms, u = unit_roundoff(DType::f32);
+  REQUIRE(e > 2 * u);  // otherwise 3x the error could hide under the floor
+  CHECK(baseline.status == Status::pass);
+  CHECK(rel_rms_check(baseline).margin == Approx(e / (2 * e + u)).epsilon(1e-9));
+  CHECK(baseline.worst_margin() <= 0.5);
+
+  const Verdict better = judge(p, &in, exact, scaled_error(exact, emulated, 1.5), &emulated,
+                               Formulation::sequential, options);
+  CHECK(better.status == Status::pass);
+  CHECK(rel_rms_check(better).margin == Approx(1.5 * e / (2 * e + u)).epsilon(1e-6));
+
+  const Verdict worse = judge(p, &in, exact, scaled_error(exact, emulated, 3.0), &emulated,
+                              Formulation::sequential, options);
+  INFO(worse.details());
+  CHECK(worse.status == Status::fail);
+  CHECK(rel_rms_check(worse).margin == Approx(3 * e / (2 * e + u)).epsilon(1e-6));
+  CHECK(rel_rms_check(worse).margin > 1.1);
+  CHECK(worse.details().find("OVER") != std::string::npos);
+}
+
+TEST_CASE("calibrated floor: an exact implementation passes where the emulation is exact too", "[oracle][budget]") {
+  // beta = 0 and no h0: the state stays zero, o is exactly 0 in every precision.
+  Problem p = Problem::packed({5}, 1, 1, 8, 8);
+  Inputs in = fuzz::make_inputs(p, {}, 3);
+  for (std::int64_t i = 0; i < in.beta.numel(); ++i) in.beta[i] = 0;
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
+  const Verdict v = judge(p, &in, exact, exact, &emulated, Formulation::sequential, BudgetOptions{});
+  CHECK(v.status == Status::pass);
+  CHECK(v.worst_margin() == 0);
+  // ...and anything non-zero fails: the floor scales with max|ref| = 0.
+  Outputs<double> off = exact;
+  off.o[0] = 1e-30;
+  CHECK(judge(p, &in, exact, off, &emulated, Formulation::sequential, BudgetOptions{}).status == Status::fail);
+}
+
+TEST_CASE("fixed thresholds depend on the formulation", "[oracle][budget]") {
+  Problem p = Problem::packed({10}, 1, 1, 4, 4);
+  const Inputs in = fuzz::make_inputs(p, {}, 5);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  Outputs<double> x = exact;
+  // rel RMS 0.004: scale every element by 1.004
+  for (std::int64_t i = 0; i < x.o.numel(); ++i) x.o[i] *= 1.004;
+  BudgetOptions fixed;
+  fixed.model = BudgetModel::fixed;
+  const Verdict chunked = judge(p, &in, exact, x, nullptr, Formulation::chunked, fixed);
+  const Verdict recurrent = judge(p, &in, exact, x, nullptr, Formulation::sequential, fixed);
+  CHECK(chunked.status == Status::pass);
+  CHECK(chunked.worst_margin() == Approx(0.004 / 0.005).epsilon(1e-6));
+  CHECK(recurrent.status == Status::fail);
+  CHECK(recurrent.worst_margin() == Approx(0.004 / 0.002).epsilon(1e-6));
+}
+
+TEST_CASE("fixed: a single NaN among many correct values fails", "[oracle][budget]") {
+  Problem p = Problem::packed({50}, 1, 1, 16, 16);
+  const Inputs in = fuzz::make_inputs(p, {}, 5);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  Outputs<double> x = exact;
+  x.o[17] = NAN;
+  BudgetOptions fixed;
+  fixed.model = BudgetModel::fixed;
+  const Verdict v = judge(p, &in, exact, x, nullptr, Formulation::chunked, fixed);
+  CHECK(v.status == Status::fail);
+  CHECK(v.metrics[0].nan_count == 1);
+}
+
+TEST_CASE("bitwise: one flipped last bit fails, identical passes", "[oracle][budget]") {
+  Problem p = Problem::packed({6}, 1, 1, 4, 4);
+  p.has_hT = true;
+  const Inputs in = fuzz::make_inputs(p, {}, 5);
+  const Outputs<double> a = reference::sequential<double>(p, in);
+  Outputs<double> b = a;
+  BudgetOptions bitwise;
+  bitwise.model = BudgetModel::bitwise;
+  CHECK(judge(p, &in, a, b, nullptr, Formulation::chunked, bitwise).status == Status::pass);
+  b.hT[3] = std::nextafter(b.hT[3], 1e300);
+  const Verdict v = judge(p, &in, a, b, nullptr, Formulation::chunked, bitwise);
+  CHECK(v.status == Status::fail);
+  REQUIRE(v.worst_check());
+  CHECK(v.worst_check()->tensor == OutputTensor::hT);
+  CHECK(v.worst_check()->error == 1);
+}
+
+TEST_CASE("missing output tensor is an ERROR verdict naming it", "[oracle][budget]") {
+  Problem p = Problem::packed({6}, 1, 1, 4, 4);
+  p.has_hT = true;
+  const Inputs in = fuzz::make_inputs(p, {}, 5);
+  const Outputs<double> a = reference::sequential<double>(p, in);
+  Outputs<double> b = a;
+  b.hT = HostTensor<double>();
+  BudgetOptions fixed;
+  fixed.model = BudgetModel::fixed;
+  const Verdict v = judge(p, &in, a, b, nullptr, Formulation::chunked, fixed);
+  CHECK(v.status == Status::error);
+  CHECK(v.message.find("hT") != std::string::npos);
+}
+
+TEST_CASE("budget descriptions parse back", "[oracle][budget]") {
+  for (const char* text : {"calibrated", "calibrated(factor=3,floor=0.5)", "fixed", "fixed(rel_rms=1e-12)", "bitwise"}) {
+    BudgetOptions b;
+    std::string error;
+    REQUIRE(parse_budget(text, &b, &error));
+    BudgetOptions again;
+    REQUIRE(parse_budget(b.describe(), &again, &error));
+    CHECK(again.describe() == b.describe());
+  }
+  BudgetOptions b;
+  std::string error;
+  CHECK_FALSE(parse_budget("calibrated(rel_rms=1)", &b, &error));
+  CHECK(error.find("rel_rms") != std::string::npos);
+  CHECK_FALSE(parse_budget("strict", &b, &error));
+  CHECK_FALSE(parse_budget("fixed(rel_rms=-1)", &b, &error));
+}
+
+TEST_CASE("evaluate: references pass their budgets, planted faults fail theirs", "[oracle][budget]") {
+  Problem p = Problem::packed({130, 70}, 1, 2, 16, 16);
+  p.has_h0 = true;
+  p.has_hT = true;
+  CaseContext context("two sequences past a chunk boundary", p, fuzz::make_inputs(p, {}, 21));
+  Registry registry;
+  register_references(registry);
+  for (const RegistryEntry* e : registry.select("reference.*")) {
+    auto impl = e->make();
+    const Verdict v = evaluate(*impl, context, e->default_budget);
+    INFO(v.details());
+    CHECK(v.status == Status::pass);
+  }
+  for (const RegistryEntry* e : registry.select("fault.*")) {
+    auto impl = e->make();
+    const Verdict v = evaluate(*impl, context, e->default_budget);
+    INFO(v.details());
+    CHECK(v.status == Status::fail);
+    CHECK(v.worst_margin() > 10);
+  }
+}
+
+TEST_CASE("evaluate: the chunked reference cannot serve per-token states and says so", "[oracle][budget]") {
+  Problem p = Problem::packed({4}, 1, 1, 4, 4);
+  p.store_intermediate_states = true;
+  CaseContext context("intermediate", p, fuzz::make_inputs(p, {}, 2));
+  auto impl = make_reference(Formulation::chunked, ReferencePrecision::f64);
+  const Verdict v = evaluate(*impl, context, BudgetOptions{});
+  CHECK(v.status == Status::skipped);
+  CHECK(v.message.find("store_intermediate_states") != std::string::npos);
+}

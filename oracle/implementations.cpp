@@ -1,0 +1,227 @@
+#include "oracle/implementations.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "oracle/registry.hpp"
+#include "reference/chunked.hpp"
+#include "reference/emulate.hpp"
+#include "reference/prepare.hpp"
+#include "reference/sequential.hpp"
+#include "reference/state_io.hpp"
+
+namespace gdn::oracle {
+
+namespace {
+
+class ReferenceImplementation final : public Implementation {
+ public:
+  ReferenceImplementation(Formulation formulation, ReferencePrecision precision, int chunk_size)
+      : formulation_(formulation), precision_(precision), chunk_size_(chunk_size) {
+    if (chunk_size < 1) throw std::invalid_argument("make_reference: chunk_size must be >= 1");
+  }
+
+  std::string name() const override {
+    const bool chunked = formulation_ == Formulation::chunked;
+    std::string n = precision_ == ReferencePrecision::emulated
+                        ? std::string("reference.emulate.") + (chunked ? "chunked" : "sequential")
+                        : std::string("reference.") + (chunked ? "chunked." : "sequential.") +
+                              (precision_ == ReferencePrecision::f64 ? "f64" : "f80");
+    if (chunked && chunk_size_ != 64) n += ".c" + std::to_string(chunk_size_);
+    return n;
+  }
+  Formulation formulation() const override { return formulation_; }
+  int chunk_size() const override { return chunk_size_; }
+  bool supports(const Problem& problem, std::string* why) const override {
+    if (formulation_ == Formulation::chunked && problem.store_intermediate_states) {
+      if (why) *why = "the chunked form has no per-token states (store_intermediate_states)";
+      return false;
+    }
+    return true;
+  }
+  Outputs<double> run(const Problem& problem, const Inputs& inputs) override {
+    const bool chunked = formulation_ == Formulation::chunked;
+    switch (precision_) {
+      case ReferencePrecision::f64:
+        return chunked ? reference::chunked<double>(problem, inputs, chunk_size_)
+                       : reference::sequential<double>(problem, inputs);
+      case ReferencePrecision::f80:
+        return (chunked ? reference::chunked<long double>(problem, inputs, chunk_size_)
+                        : reference::sequential<long double>(problem, inputs))
+            .cast<double>();
+      case ReferencePrecision::emulated:
+        return reference::emulate(problem, inputs, formulation_, chunk_size_);
+    }
+    return {};
+  }
+
+ private:
+  Formulation formulation_;
+  ReferencePrecision precision_;
+  int chunk_size_;
+};
+
+// A copy of reference::sequential<double> with one planted fault. Kept deliberately close to
+// the original so that the fault is the only difference.
+class FaultyReference final : public Implementation {
+ public:
+  explicit FaultyReference(Fault fault) : fault_(fault) {}
+  std::string name() const override { return std::string("fault.") + fault_name(fault_); }
+  // Posing as a chunk kernel of chunk size 64: judged against the chunked emulation.
+  Formulation formulation() const override { return Formulation::chunked; }
+  int chunk_size() const override { return kChunk; }
+
+  Outputs<double> run(const Problem& problem, const Inputs& inputs) override {
+    using reference::Matrix;
+    using reference::Vector;
+    validate(problem, inputs);
+    Outputs<double> out = reference::allocate_outputs<double>(problem, inputs);
+    const int HV = problem.HV, K = problem.K, V = problem.V, N = problem.N();
+    Matrix<double> S(K, V);
+    Vector<double> u(V), q(K), k(K);
+    for (int n = 0; n < N; ++n) {
+      const std::int64_t row = reference::state_row(problem, inputs, n);
+      if (row < 0) continue;
+      std::int64_t begin = problem.seq_begin(n), end = begin + problem.seq_len(n);
+      if (fault_ == Fault::cu_seqlens_off_by_one) {
+        if (n > 0) begin = std::min(begin + 1, end);
+        if (n + 1 < N && end < problem.T) end += 1;
+      }
+      for (int j = 0; j < HV; ++j) {
+        const int h = j / problem.group_size();
+        reference::initial_state(problem, inputs, row, j, S);
+        for (std::int64_t t = begin; t < end; ++t) {
+          const bool boundary = t > begin && (t - begin) % kChunk == 0;
+          reference::load_qk(problem, inputs, t, h, q.data(), k.data());
+          const Eigen::Map<const Vector<double>> v(inputs.v.data() + (t * HV + j) * V, V);
+          double g, beta;
+          reference::load_gates(problem, inputs, t, j, &g, &beta);
+          if (fault_ == Fault::lost_state_carry && boundary) S.setZero();
+          if (!(fault_ == Fault::dropped_decay && boundary)) S *= std::exp(g);
+          u.noalias() = beta * (v - S.transpose() * k);
+          S.noalias() += k * u.transpose();
+          Eigen::Map<Vector<double>>(out.o.data() + (t * HV + j) * V, V).noalias() = S.transpose() * q;
+          if (problem.store_intermediate_states) reference::store_state(problem, S, t, j, out.intermediate.data());
+        }
+        if (problem.has_hT) reference::store_state(problem, S, row, j, out.hT.data());
+      }
+    }
+    return out;
+  }
+
+ private:
+  static constexpr int kChunk = 64;
+  Fault fault_;
+};
+
+}  // namespace
+
+std::unique_ptr<Implementation> make_reference(Formulation formulation, ReferencePrecision precision,
+                                               int chunk_size) {
+  return std::make_unique<ReferenceImplementation>(formulation, precision, chunk_size);
+}
+
+const char* fault_name(Fault fault) {
+  switch (fault) {
+    case Fault::cu_seqlens_off_by_one: return "cu_seqlens_off_by_one";
+    case Fault::dropped_decay: return "dropped_decay";
+    case Fault::lost_state_carry: return "lost_state_carry";
+  }
+  return "?";
+}
+
+std::unique_ptr<Implementation> make_faulty_reference(Fault fault) {
+  return std::make_unique<FaultyReference>(fault);
+}
+
+// --- registry ------------------------------------------------------------------------------
+
+void Registry::add(RegistryEntry entry) {
+  if (entry.name.empty()) throw std::invalid_argument("Registry::add: empty implementation name");
+  if (find(entry.name)) throw std::invalid_argument("Registry::add: '" + entry.name + "' is already registered");
+  if (!entry.make) throw std::invalid_argument("Registry::add: '" + entry.name + "' has no factory");
+  entries_.push_back(std::move(entry));
+}
+
+const RegistryEntry* Registry::find(const std::string& name) const {
+  for (const RegistryEntry& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+std::vector<const RegistryEntry*> Registry::select(const std::string& names) const {
+  std::vector<const RegistryEntry*> out;
+  auto push = [&](const RegistryEntry* e) {
+    for (const RegistryEntry* x : out)
+      if (x == e) return;
+    out.push_back(e);
+  };
+  std::size_t start = 0;
+  while (start <= names.size()) {
+    const std::size_t comma = names.find(',', start);
+    const std::string item = names.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? names.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    if (item == "all") {
+      for (const RegistryEntry& e : entries_)
+        if (e.in_conformance) push(&e);
+    } else if (item.back() == '*') {
+      const std::string prefix = item.substr(0, item.size() - 1);
+      bool any = false;
+      for (const RegistryEntry& e : entries_)
+        if (e.name.compare(0, prefix.size(), prefix) == 0) {
+          push(&e);
+          any = true;
+        }
+      if (!any) throw std::invalid_argument("no implementation matches '" + item + "'");
+    } else {
+      const RegistryEntry* e = find(item);
+      if (!e) {
+        std::string known;
+        for (const RegistryEntry& x : entries_) known += (known.empty() ? "" : ", ") + x.name;
+        throw std::invalid_argument("unknown implementation '" + item + "' (known: " + known + ")");
+      }
+      push(e);
+    }
+  }
+  return out;
+}
+
+void register_references(Registry& registry) {
+  // Double references against the double oracle (or the long double one in conformance):
+  // BUDGETS.md, "references", for the 1e-12 threshold.
+  BudgetOptions double_budget;
+  double_budget.model = BudgetModel::fixed;
+  double_budget.fixed_rel_rms = 1e-12;
+  BudgetOptions emulation_budget;  // the fp32 emulations against other projects' thresholds
+  emulation_budget.model = BudgetModel::fixed;
+
+  auto add = [&](Formulation f, ReferencePrecision p, int c, const std::string& description, const BudgetOptions& b) {
+    RegistryEntry e;
+    e.name = make_reference(f, p, c)->name();
+    e.description = description;
+    e.make = [f, p, c] { return make_reference(f, p, c); };
+    e.default_budget = b;
+    registry.add(std::move(e));
+  };
+  add(Formulation::sequential, ReferencePrecision::f64, 64, "the recurrence (§2) in double: the oracle", double_budget);
+  add(Formulation::sequential, ReferencePrecision::f80, 64, "the recurrence in long double: certifies double", double_budget);
+  add(Formulation::chunked, ReferencePrecision::f64, 64, "the chunked WY form (§4), C = 64, double", double_budget);
+  add(Formulation::chunked, ReferencePrecision::f64, 37, "the chunked WY form, C = 37 (not a power of two), double", double_budget);
+  add(Formulation::chunked, ReferencePrecision::f80, 64, "the chunked WY form, C = 64, long double", double_budget);
+  add(Formulation::sequential, ReferencePrecision::emulated, 64,
+      "precision emulation: recurrence in fp32, o rounded to the input dtype", emulation_budget);
+  add(Formulation::chunked, ReferencePrecision::emulated, 64,
+      "precision emulation: chunked form in fp32, o rounded to the input dtype", emulation_budget);
+
+  for (Fault fault : {Fault::cu_seqlens_off_by_one, Fault::dropped_decay, Fault::lost_state_carry}) {
+    RegistryEntry e;
+    e.name = std::string("fault.") + fault_name(fault);
+    e.description = "planted fault (fuzzer self-test): a copy of the sequential reference with a bug";
+    e.make = [fault] { return make_faulty_reference(fault); };
+    e.in_conformance = false;
+    registry.add(std::move(e));
+  }
+}
+
+}  // namespace gdn::oracle
