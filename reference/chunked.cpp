@@ -28,6 +28,7 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
   Matrix<Scalar> vnew(C, V), decayed_keys(C, K);
   Matrix<Scalar> queries(C, K), keys(C, K), values(C, V);
   Vector<Scalar> gamma(C), betas(C);
+  std::vector<int> segment_start(static_cast<std::size_t>(C));
 
   for (int n = 0; n < problem.N(); ++n) {
     const std::int64_t row = state_row(problem, inputs, n);
@@ -42,7 +43,12 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
         const int c = static_cast<int>(std::min<std::int64_t>(C, begin + length - start));
         // Gather the chunk into small contiguous buffers (stays in cache; no converted copy
         // of the whole input is ever made).
+        // A token whose exp(g) is exactly 0 (g = -inf, or an underflowing g = -1e4) resets the
+        // state: every decay factor spanning it is exactly 0 in Scalar. The cumulative sum
+        // restarts there (segment_start), which is the same algebra, but never forms
+        // -inf - (-inf) = NaN, nor differences of huge sums that lose |gamma| * u of accuracy.
         Scalar running = 0;
+        int segment = -1;  // first token of the current segment; -1: from the chunk's start
         for (int i = 0; i < c; ++i) {
           load_qk(problem, inputs, start + i, h, &queries(i, 0), &keys(i, 0));
           values.row(i) = Eigen::Map<const Vector<double>>(inputs.v.data() + ((start + i) * HV + j) * V, V)
@@ -50,9 +56,20 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
                               .template cast<Scalar>();
           Scalar g;
           load_gates(problem, inputs, start + i, j, &g, &betas(i));
-          running += g;
+          if (exp(g) == Scalar(0)) {
+            segment = i;
+            running = 0;
+          } else {
+            running += g;
+          }
           gamma(i) = running;
+          segment_start[i] = segment;
         }
+        // exp(gamma_i) from the chunk's start, exp(gamma_c - gamma_i) to its end: 0 across a reset.
+        auto decay_from_start = [&](int i) { return segment_start[i] < 0 ? exp(gamma(i)) : Scalar(0); };
+        auto decay_to_end = [&](int i) {
+          return segment_start[i] == segment_start[c - 1] ? exp(gamma(c - 1) - gamma(i)) : Scalar(0);
+        };
         const auto Q = queries.topRows(c);
         const auto Kc = keys.topRows(c);
         const auto Vc = values.topRows(c);
@@ -65,15 +82,18 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
         auto P = attention.topLeftCorner(c, c);
         P.noalias() = Q * Kc.transpose();
         for (int i = 0; i < c; ++i) {
+          const int s = std::max(segment_start[i], 0);
+          G.row(i).head(s).setZero();  // pairs across a reset
+          P.row(i).head(s).setZero();
           // Vectorised exp of the row's differences (Eigen's packet exp).
-          const auto decay = (gamma(i) - gamma.head(i).array()).exp().transpose();
-          G.row(i).head(i).array() *= beta(i) * decay;
-          P.row(i).head(i).array() *= decay;
+          const auto decay = (gamma(i) - gamma.segment(s, i - s).array()).exp().transpose();
+          G.row(i).segment(s, i - s).array() *= beta(i) * decay;
+          P.row(i).segment(s, i - s).array() *= decay;
           P.row(i).tail(c - 1 - i).setZero();  // Mask: i >= j
         }
         auto R = rhs.topLeftCorner(c, K + V);
         for (int i = 0; i < c; ++i) {
-          R.row(i).head(K) = (beta(i) * exp(gamma(i))) * Kc.row(i);
+          R.row(i).head(K) = (beta(i) * decay_from_start(i)) * Kc.row(i);
           R.row(i).tail(V) = beta(i) * Vc.row(i);
         }
         // [W | U] = (I + A)^-1 R by forward substitution on the unit lower triangle.
@@ -82,7 +102,7 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
 
         auto WQ = stacked.topRows(2 * c);
         WQ.topRows(c) = R.leftCols(K);
-        for (int i = 0; i < c; ++i) WQ.row(c + i) = exp(gamma(i)) * Q.row(i);
+        for (int i = 0; i < c; ++i) WQ.row(c + i) = decay_from_start(i) * Q.row(i);
         auto WQ_S = stacked_state.topRows(2 * c);
         WQ_S.noalias() = WQ * S;
         auto Vn = vnew.topRows(c);
@@ -96,8 +116,8 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
 
         // S_end = e^gamma_c S0 + K^T diag(e^(gamma_c - gamma)) Vnew
         auto DK = decayed_keys.topRows(c);
-        for (int i = 0; i < c; ++i) DK.row(i) = exp(gamma(c - 1) - gamma(i)) * Kc.row(i);
-        S_next = exp(gamma(c - 1)) * S;
+        for (int i = 0; i < c; ++i) DK.row(i) = decay_to_end(i) * Kc.row(i);
+        S_next = decay_from_start(c - 1) * S;
         S_next.noalias() += DK.transpose() * Vn;
 
         if (trace) {

@@ -14,7 +14,9 @@ struct ChunkRecord {
   int sequence = 0, head = 0, chunk = 0;
   std::int64_t begin = 0;  // first token (packed index)
   int length = 0;          // c <= C
-  Vector<Scalar> gamma;    // [c] cumulative log decay inside the chunk
+  // [c] cumulative log decay inside the chunk; it restarts at 0 at a reset token (one whose
+  // exp(g) is exactly 0 in Scalar), where every decay factor spanning the token is 0.
+  Vector<Scalar> gamma;
   Matrix<Scalar> A;        // [c, c] strictly lower
   Matrix<Scalar> T;        // [c, c] (I + A)^-1, unit lower triangular
   Matrix<Scalar> W;        // [c, K]
