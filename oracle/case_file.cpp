@@ -1,0 +1,606 @@
+#include "oracle/case_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include <Eigen/Core>
+#include <nlohmann/json.hpp>
+
+#include "reference/precision.hpp"
+
+static_assert(sizeof(float) == 4 && sizeof(double) == 8, "IEEE binary32/binary64 expected");
+
+namespace gdn::oracle {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& rule) {
+  throw CaseFileError("case file " + what + ": " + rule);
+}
+
+bool host_is_little_endian() {
+  const std::uint16_t one = 1;
+  std::uint8_t first;
+  std::memcpy(&first, &one, 1);
+  return first == 1;
+}
+
+// Safetensors dtypes and their sizes (upstream's list, minus the 8-bit floats no kernel here uses).
+const std::map<std::string, std::size_t>& dtype_sizes() {
+  static const std::map<std::string, std::size_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"U16", 2}, {"I16", 2},  {"U32", 4},  {"I32", 4},
+      {"U64", 8},  {"I64", 8}, {"F16", 2}, {"BF16", 2}, {"F32", 4}, {"F64", 8}};
+  return sizes;
+}
+
+}  // namespace
+
+std::size_t safetensors_dtype_size(const std::string& dtype) {
+  const auto it = dtype_sizes().find(dtype);
+  return it == dtype_sizes().end() ? 0 : it->second;
+}
+
+const RawTensor* SafetensorsFile::find(const std::string& name) const {
+  for (const RawTensor& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+SafetensorsFile parse_safetensors(const std::uint8_t* data, std::size_t size, const std::string& what) {
+  if (!host_is_little_endian()) fail(what, "this reader supports little-endian hosts only");
+  if (size < 8) fail(what, "truncated: " + std::to_string(size) + " bytes, the 8-byte header length is missing");
+  std::uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | data[i];
+  if (header_length > kMaxHeaderBytes)
+    fail(what, "header length " + std::to_string(header_length) + " exceeds the limit of " +
+                   std::to_string(kMaxHeaderBytes) + " bytes");
+  if (header_length > size - 8)
+    fail(what, "truncated: header length " + std::to_string(header_length) + " but only " +
+                   std::to_string(size - 8) + " bytes follow the length field");
+  if (header_length < 2) fail(what, "header of " + std::to_string(header_length) + " bytes cannot hold a JSON object");
+  const char* header_begin = reinterpret_cast<const char*>(data + 8);
+  if (header_begin[0] != '{') fail(what, "header must start with '{' (a JSON object)");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(header_begin, header_begin + header_length);
+  } catch (const nlohmann::json::exception& e) {
+    fail(what, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail(what, "header must be a JSON object");
+
+  const std::uint8_t* buffer = data + 8 + header_length;
+  const std::uint64_t buffer_size = size - 8 - header_length;
+  SafetensorsFile file;
+  struct Span {
+    std::uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Span> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& entry = it.value();
+    if (name == "__metadata__") {
+      if (!entry.is_object()) fail(what, "__metadata__ must be an object of strings");
+      for (auto m = entry.begin(); m != entry.end(); ++m) {
+        if (!m.value().is_string()) fail(what, "__metadata__ value of '" + m.key() + "' must be a string");
+        file.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    if (!entry.is_object()) fail(what, where + " must be an object {dtype, shape, data_offsets}");
+    for (auto k = entry.begin(); k != entry.end(); ++k)
+      if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets")
+        fail(what, where + " has unknown key '" + k.key() + "'");
+    if (!entry.contains("dtype") || !entry["dtype"].is_string()) fail(what, where + " needs a string 'dtype'");
+    if (!entry.contains("shape") || !entry["shape"].is_array()) fail(what, where + " needs an array 'shape'");
+    if (!entry.contains("data_offsets") || !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2)
+      fail(what, where + " needs 'data_offsets' [begin, end]");
+    RawTensor t;
+    t.name = name;
+    t.dtype = entry["dtype"].get<std::string>();
+    const std::size_t element_size = safetensors_dtype_size(t.dtype);
+    if (element_size == 0) fail(what, where + " has unknown dtype '" + t.dtype + "'");
+    if (entry["shape"].size() > 16) fail(what, where + " has rank " + std::to_string(entry["shape"].size()) + " > 16");
+    // Element count with an overflow check: a lying shape must not wrap around to match the bytes.
+    std::uint64_t numel = 1;
+    for (const nlohmann::json& d : entry["shape"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
+        fail(what, where + " shape must hold non-negative integers, got " + d.dump());
+      const std::uint64_t extent = d.get<std::uint64_t>();
+      if (extent > (std::uint64_t(1) << 48)) fail(what, where + " extent " + std::to_string(extent) + " is too large");
+      if (extent != 0 && numel > (std::numeric_limits<std::uint64_t>::max() / element_size) / extent)
+        fail(what, where + " shape " + entry["shape"].dump() + " overflows the element count");
+      numel *= extent;
+      t.shape.push_back(static_cast<std::int64_t>(extent));
+    }
+    std::uint64_t offsets[2];
+    for (int i = 0; i < 2; ++i) {
+      const nlohmann::json& o = entry["data_offsets"][static_cast<std::size_t>(i)];
+      if (!o.is_number_integer() || o.get<std::int64_t>() < 0)
+        fail(what, where + " data_offsets must be non-negative integers, got " + o.dump());
+      offsets[i] = o.get<std::uint64_t>();
+    }
+    if (offsets[1] < offsets[0])
+      fail(what, where + " data_offsets [" + std::to_string(offsets[0]) + ", " + std::to_string(offsets[1]) +
+                     "] end before they begin");
+    if (offsets[1] > buffer_size)
+      fail(what, where + " data_offsets end at " + std::to_string(offsets[1]) + " past the end of the " +
+                     std::to_string(buffer_size) + "-byte buffer (truncated or lying offsets)");
+    if (offsets[1] - offsets[0] != numel * element_size)
+      fail(what, where + " holds " + std::to_string(offsets[1] - offsets[0]) + " bytes but shape " +
+                     entry["shape"].dump() + " of " + t.dtype + " needs " + std::to_string(numel * element_size));
+    t.bytes.assign(buffer + offsets[0], buffer + offsets[1]);
+    spans.push_back({offsets[0], offsets[1], name});
+    file.tensors.push_back(std::move(t));
+  }
+  // The buffer must be covered exactly once, in one piece: upstream rejects gaps and overlaps
+  // alike, and a gap is where hidden or stale data would live.
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t cursor = 0;
+  for (const Span& s : spans) {
+    if (s.begin < cursor) fail(what, "tensor '" + s.name + "' overlaps the tensor before it (data_offsets begin at " +
+                                         std::to_string(s.begin) + " < " + std::to_string(cursor) + ")");
+    if (s.begin > cursor) fail(what, "gap in the buffer before tensor '" + s.name + "' (bytes " + std::to_string(cursor) +
+                                         " to " + std::to_string(s.begin) + " belong to no tensor)");
+    cursor = s.end;
+  }
+  if (cursor != buffer_size)
+    fail(what, "the buffer has " + std::to_string(buffer_size - cursor) + " trailing bytes that belong to no tensor");
+  std::sort(file.tensors.begin(), file.tensors.end(), [](const RawTensor& a, const RawTensor& b) { return a.name < b.name; });
+  return file;
+}
+
+std::vector<std::uint8_t> serialize_safetensors(const SafetensorsFile& file) {
+  std::vector<const RawTensor*> order;
+  for (const RawTensor& t : file.tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const RawTensor* a, const RawTensor* b) { return a->name < b->name; });
+  nlohmann::json header = nlohmann::json::object();
+  if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
+  std::uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const RawTensor* t : order) {
+    if (t->name == "__metadata__" || !names.insert(t->name).second)
+      throw CaseFileError("serialize_safetensors: duplicate or reserved tensor name '" + t->name + "'");
+    const std::size_t element_size = safetensors_dtype_size(t->dtype);
+    if (element_size == 0) throw CaseFileError("serialize_safetensors: unknown dtype '" + t->dtype + "'");
+    if (static_cast<std::uint64_t>(shape_numel(t->shape)) * element_size != t->bytes.size())
+      throw CaseFileError("serialize_safetensors: tensor '" + t->name + "' has " + std::to_string(t->bytes.size()) +
+                          " bytes for shape " + shape_string(t->shape));
+    header[t->name] = {{"dtype", t->dtype}, {"shape", t->shape}, {"data_offsets", {offset, offset + t->bytes.size()}}};
+    offset += t->bytes.size();
+  }
+  std::string text = header.dump();
+  // Pad with spaces so the buffer starts 8-byte aligned (what upstream's writer does).
+  while ((8 + text.size()) % 8 != 0) text += ' ';
+  std::vector<std::uint8_t> out(8 + text.size() + offset);
+  const std::uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(length >> (8 * i));
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  std::uint8_t* cursor = out.data() + 8 + text.size();
+  for (const RawTensor* t : order) {
+    if (!t->bytes.empty()) std::memcpy(cursor, t->bytes.data(), t->bytes.size());
+    cursor += t->bytes.size();
+  }
+  return out;
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  static std::atomic<unsigned> counter{0};
+  const std::string temp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create " + temp + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(temp.c_str());
+      throw std::runtime_error("cannot write " + temp + ": " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw std::runtime_error("cannot flush " + temp + ": " + why);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw std::runtime_error("cannot rename " + temp + " to " + path + ": " + why);
+  }
+}
+
+std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CaseFileError("case file " + path + ": cannot open");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw CaseFileError("case file " + path + ": cannot read");
+  in.seekg(0);
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) throw CaseFileError("case file " + path + ": read failed");
+  return bytes;
+}
+
+// ---- problem JSON --------------------------------------------------------------------------
+
+nlohmann::json problem_to_json(const Problem& p) {
+  nlohmann::json j;
+  j["cu_seqlens"] = p.cu_seqlens;
+  j["T"] = p.T;
+  j["H"] = p.H;
+  j["HV"] = p.HV;
+  j["K"] = p.K;
+  j["V"] = p.V;
+  j["scale"] = p.scale ? nlohmann::json(*p.scale) : nlohmann::json(nullptr);
+  j["use_qk_l2norm"] = p.use_qk_l2norm;
+  j["has_h0"] = p.has_h0;
+  j["has_hT"] = p.has_hT;
+  j["state_layout"] = state_layout_name(p.state_layout);
+  j["state_slots"] = p.state_slots;
+  j["store_intermediate_states"] = p.store_intermediate_states;
+  j["input_dtype"] = dtype_name(p.input_dtype);
+  j["gate_dtype"] = dtype_name(p.gate_dtype);
+  j["gate_mode"] = p.gate_mode == GateMode::direct ? "direct" : "fused";
+  j["allow_negative_eigenvalues"] = p.allow_negative_eigenvalues;
+  return j;
+}
+
+Problem problem_from_json(const nlohmann::json& j) {
+  const std::string what = "gdn.problem";
+  if (!j.is_object()) fail(what, "must be a JSON object");
+  static const std::set<std::string> keys = {"cu_seqlens", "T", "H", "HV", "K", "V", "scale", "use_qk_l2norm",
+                                             "has_h0", "has_hT", "state_layout", "state_slots",
+                                             "store_intermediate_states", "input_dtype", "gate_dtype", "gate_mode",
+                                             "allow_negative_eigenvalues"};
+  for (const std::string& k : keys)
+    if (!j.contains(k)) fail(what, "missing key '" + k + "'");
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!keys.count(it.key())) fail(what, "unknown key '" + it.key() + "'");
+  auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi) -> std::int64_t {
+    const nlohmann::json& v = j[key];
+    if (!v.is_number_integer()) fail(what, std::string("'") + key + "' must be an integer");
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+      fail(what, std::string("'") + key + "' is out of range");
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x < lo || x > hi) fail(what, std::string("'") + key + "' = " + std::to_string(x) + " is out of range");
+    return x;
+  };
+  auto boolean = [&](const char* key) {
+    if (!j[key].is_boolean()) fail(what, std::string("'") + key + "' must be true or false");
+    return j[key].get<bool>();
+  };
+  auto text = [&](const char* key) {
+    if (!j[key].is_string()) fail(what, std::string("'") + key + "' must be a string");
+    return j[key].get<std::string>();
+  };
+  Problem p;
+  if (!j["cu_seqlens"].is_array()) fail(what, "'cu_seqlens' must be an array of integers");
+  if (j["cu_seqlens"].size() > (std::size_t(1) << 24)) fail(what, "'cu_seqlens' is implausibly long");
+  p.cu_seqlens.clear();
+  for (const nlohmann::json& c : j["cu_seqlens"]) {
+    if (!c.is_number_integer() || (c.is_number_unsigned() && c.get<std::uint64_t>() > (std::uint64_t(1) << 62)))
+      fail(what, "'cu_seqlens' must hold integers");
+    p.cu_seqlens.push_back(c.get<std::int64_t>());
+  }
+  constexpr std::int64_t big = std::int64_t(1) << 62;
+  p.T = integer("T", -big, big);
+  const std::int64_t int_max = std::numeric_limits<int>::max(), int_min = std::numeric_limits<int>::min();
+  p.H = static_cast<int>(integer("H", int_min, int_max));
+  p.HV = static_cast<int>(integer("HV", int_min, int_max));
+  p.K = static_cast<int>(integer("K", int_min, int_max));
+  p.V = static_cast<int>(integer("V", int_min, int_max));
+  if (j["scale"].is_null()) p.scale.reset();
+  else if (j["scale"].is_number()) p.scale = j["scale"].get<double>();
+  else fail(what, "'scale' must be a number or null");
+  p.use_qk_l2norm = boolean("use_qk_l2norm");
+  p.has_h0 = boolean("has_h0");
+  p.has_hT = boolean("has_hT");
+  const std::string layout = text("state_layout");
+  if (layout == "k_major") p.state_layout = StateLayout::k_major;
+  else if (layout == "v_major") p.state_layout = StateLayout::v_major;
+  else fail(what, "'state_layout' must be k_major or v_major, got '" + layout + "'");
+  p.state_slots = integer("state_slots", -big, big);
+  p.store_intermediate_states = boolean("store_intermediate_states");
+  if (!parse_dtype(text("input_dtype"), &p.input_dtype)) fail(what, "'input_dtype' must be f64, f32, bf16 or f16");
+  if (!parse_dtype(text("gate_dtype"), &p.gate_dtype)) fail(what, "'gate_dtype' must be f64, f32, bf16 or f16");
+  const std::string mode = text("gate_mode");
+  if (mode == "direct") p.gate_mode = GateMode::direct;
+  else if (mode == "fused") p.gate_mode = GateMode::fused;
+  else fail(what, "'gate_mode' must be direct or fused, got '" + mode + "'");
+  p.allow_negative_eigenvalues = boolean("allow_negative_eigenvalues");
+  try {
+    p.validate();
+  } catch (const ProblemError& e) {
+    fail(what, std::string("describes an invalid problem: ") + e.what());
+  }
+  return p;
+}
+
+// ---- case level ----------------------------------------------------------------------------
+
+std::string CaseFile::meta(const std::string& key, const std::string& fallback) const {
+  const auto it = metadata.find(key);
+  return it == metadata.end() ? fallback : it->second;
+}
+
+namespace {
+
+const char* safetensors_name(DType dtype) {
+  switch (dtype) {
+    case DType::f64: return "F64";
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+  }
+  return "?";
+}
+
+bool float_dtype(const std::string& name, DType* out) {
+  if (name == "F64") *out = DType::f64;
+  else if (name == "F32") *out = DType::f32;
+  else if (name == "BF16") *out = DType::bf16;
+  else if (name == "F16") *out = DType::f16;
+  else return false;
+  return true;
+}
+
+RawTensor encode_floats(const std::string& name, DType dtype, const HostTensor<double>& t) {
+  RawTensor raw;
+  raw.name = name;
+  raw.dtype = safetensors_name(dtype);
+  raw.shape = t.shape();
+  raw.bytes.resize(static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const double x = t[i];
+    if (!std::isnan(x) && reference::round_to(dtype, x) != x)
+      throw CaseFileError("encode_case: " + name + "[" + std::to_string(i) + "] = " + std::to_string(x) +
+                          " is not representable in " + dtype_name(dtype));
+    std::uint8_t* dst = raw.bytes.data() + static_cast<std::size_t>(i) * dtype_size(dtype);
+    switch (dtype) {
+      case DType::f64: std::memcpy(dst, &x, 8); break;
+      case DType::f32: {
+        const float f = static_cast<float>(x);
+        std::memcpy(dst, &f, 4);
+        break;
+      }
+      case DType::bf16: {
+        const auto bits = Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(static_cast<float>(x)));
+        std::memcpy(dst, &bits, 2);
+        break;
+      }
+      case DType::f16: {
+        const auto bits = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(static_cast<float>(x)));
+        std::memcpy(dst, &bits, 2);
+        break;
+      }
+    }
+  }
+  return raw;
+}
+
+HostTensor<double> decode_floats(const RawTensor& raw, DType dtype) {
+  HostTensor<double> t(raw.shape);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const std::uint8_t* src = raw.bytes.data() + static_cast<std::size_t>(i) * dtype_size(dtype);
+    switch (dtype) {
+      case DType::f64: std::memcpy(&t[i], src, 8); break;
+      case DType::f32: {
+        float f;
+        std::memcpy(&f, src, 4);
+        t[i] = f;
+        break;
+      }
+      case DType::bf16: {
+        std::uint16_t bits;
+        std::memcpy(&bits, src, 2);
+        t[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits));
+        break;
+      }
+      case DType::f16: {
+        std::uint16_t bits;
+        std::memcpy(&bits, src, 2);
+        t[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
+        break;
+      }
+    }
+  }
+  return t;
+}
+
+RawTensor encode_ints64(const std::string& name, const std::vector<std::int64_t>& values) {
+  RawTensor raw{name, "I64", {static_cast<std::int64_t>(values.size())}, {}};
+  raw.bytes.resize(values.size() * 8);
+  if (!values.empty()) std::memcpy(raw.bytes.data(), values.data(), raw.bytes.size());
+  return raw;
+}
+
+RawTensor encode_ints32(const std::string& name, const std::vector<std::int32_t>& values) {
+  RawTensor raw{name, "I32", {static_cast<std::int64_t>(values.size())}, {}};
+  raw.bytes.resize(values.size() * 4);
+  if (!values.empty()) std::memcpy(raw.bytes.data(), values.data(), raw.bytes.size());
+  return raw;
+}
+
+// The narrowest of (preferred, F32, F64) that holds every value of t exactly.
+DType lossless_dtype(DType preferred, const HostTensor<double>& t) {
+  for (DType d : {preferred, DType::f32, DType::f64})
+    if (reference::representable(d, t)) return d;
+  return DType::f64;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_case(const CaseFile& c) {
+  const Problem& p = c.problem;
+  try {
+    validate(p, c.inputs);
+  } catch (const ProblemError& e) {
+    throw CaseFileError(std::string("encode_case: the inputs do not fit the problem: ") + e.what());
+  }
+  SafetensorsFile file;
+  file.metadata = c.metadata;
+  file.metadata["gdn.format"] = kCaseFormat;
+  file.metadata["gdn.problem"] = problem_to_json(p).dump();
+  file.tensors.push_back(encode_ints64("cu_seqlens", p.cu_seqlens));
+  file.tensors.push_back(encode_floats("q", p.input_dtype, c.inputs.q));
+  file.tensors.push_back(encode_floats("k", p.input_dtype, c.inputs.k));
+  file.tensors.push_back(encode_floats("v", p.input_dtype, c.inputs.v));
+  if (p.gate_mode == GateMode::direct) {
+    file.tensors.push_back(encode_floats("g", p.gate_dtype, c.inputs.g));
+    file.tensors.push_back(encode_floats("beta", p.gate_dtype, c.inputs.beta));
+  } else {
+    file.tensors.push_back(encode_floats("a", p.gate_dtype, c.inputs.a));
+    file.tensors.push_back(encode_floats("b", p.gate_dtype, c.inputs.b));
+    file.tensors.push_back(encode_floats("A_log", DType::f32, c.inputs.A_log));
+    file.tensors.push_back(encode_floats("dt_bias", DType::f32, c.inputs.dt_bias));
+  }
+  if (p.has_h0 || p.uses_state_cache()) file.tensors.push_back(encode_floats("h0", DType::f32, c.inputs.h0));
+  if (p.uses_state_cache()) file.tensors.push_back(encode_ints32("state_indices", c.inputs.state_indices));
+  if (c.outputs) {
+    const Outputs<double>& o = *c.outputs;
+    auto add = [&](const char* name, const HostTensor<double>& t, const Shape& shape, DType preferred) {
+      if (t.shape() != shape)
+        throw CaseFileError(std::string("encode_case: output ") + name + " has shape " + shape_string(t.shape()) +
+                            ", the problem's is " + shape_string(shape));
+      file.tensors.push_back(encode_floats(name, lossless_dtype(preferred, t), t));
+    };
+    add("out.o", o.o, p.v_shape(), p.input_dtype);
+    if (p.has_hT) add("out.hT", o.hT, p.state_shape(), DType::f32);
+    if (p.store_intermediate_states) add("out.intermediate", o.intermediate, p.intermediate_shape(), DType::f32);
+  }
+  return serialize_safetensors(file);
+}
+
+CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::string& what) {
+  const SafetensorsFile file = parse_safetensors(data, size, what);
+  CaseFile c;
+  c.metadata = file.metadata;
+  const std::string format = c.meta("gdn.format");
+  if (format != kCaseFormat)
+    fail(what, "__metadata__ 'gdn.format' must be '" + std::string(kCaseFormat) + "', got '" + format + "'");
+  if (!file.metadata.count("gdn.problem")) fail(what, "__metadata__ has no 'gdn.problem'");
+  nlohmann::json problem_json;
+  try {
+    problem_json = nlohmann::json::parse(file.metadata.at("gdn.problem"));
+  } catch (const nlohmann::json::exception& e) {
+    fail(what, std::string("'gdn.problem' is not valid JSON: ") + e.what());
+  }
+  try {
+    c.problem = problem_from_json(problem_json);
+  } catch (const CaseFileError& e) {
+    fail(what, e.what());
+  }
+  const Problem& p = c.problem;
+  // Tensors large enough to exhaust memory are caught by the byte checks already (the bytes
+  // are in the file); the shapes the problem implies are checked against them below.
+  std::set<std::string> used;
+  auto tensor = [&](const char* name) -> const RawTensor& {
+    const RawTensor* t = file.find(name);
+    if (!t) fail(what, std::string("tensor '") + name + "' is missing (the problem needs it)");
+    used.insert(name);
+    return *t;
+  };
+  auto floats = [&](const char* name, const Shape& shape, const std::vector<DType>& allowed) {
+    const RawTensor& raw = tensor(name);
+    DType dtype;
+    std::string names;
+    for (DType d : allowed) names += std::string(names.empty() ? "" : " or ") + safetensors_name(d);
+    if (!float_dtype(raw.dtype, &dtype) || std::find(allowed.begin(), allowed.end(), dtype) == allowed.end())
+      fail(what, std::string("tensor '") + name + "' must have dtype " + names + ", got " + raw.dtype);
+    if (raw.shape != shape)
+      fail(what, std::string("tensor '") + name + "' must have shape " + shape_string(shape) + ", got " +
+                     shape_string(raw.shape));
+    return decode_floats(raw, dtype);
+  };
+  {
+    const RawTensor& cu = tensor("cu_seqlens");
+    if (cu.dtype != "I64" && cu.dtype != "I32")
+      fail(what, "tensor 'cu_seqlens' must have dtype I64 or I32, got " + cu.dtype);
+    const Shape expected{static_cast<std::int64_t>(p.cu_seqlens.size())};
+    if (cu.shape != expected)
+      fail(what, "tensor 'cu_seqlens' must have shape " + shape_string(expected) + ", got " + shape_string(cu.shape));
+    for (std::size_t i = 0; i < p.cu_seqlens.size(); ++i) {
+      std::int64_t value;
+      if (cu.dtype == "I64") {
+        std::memcpy(&value, cu.bytes.data() + 8 * i, 8);
+      } else {
+        std::int32_t v32;
+        std::memcpy(&v32, cu.bytes.data() + 4 * i, 4);
+        value = v32;
+      }
+      if (value != p.cu_seqlens[i])
+        fail(what, "tensor 'cu_seqlens'[" + std::to_string(i) + "] = " + std::to_string(value) +
+                       " disagrees with gdn.problem's " + std::to_string(p.cu_seqlens[i]));
+    }
+  }
+  const std::vector<DType> input{p.input_dtype}, gate{p.gate_dtype}, f32{DType::f32};
+  const std::vector<DType> any_float{DType::f64, DType::f32, DType::bf16, DType::f16};
+  c.inputs.q = floats("q", p.q_shape(), input);
+  c.inputs.k = floats("k", p.q_shape(), input);
+  c.inputs.v = floats("v", p.v_shape(), input);
+  if (p.gate_mode == GateMode::direct) {
+    c.inputs.g = floats("g", p.gate_shape(), gate);
+    c.inputs.beta = floats("beta", p.gate_shape(), gate);
+  } else {
+    c.inputs.a = floats("a", p.gate_shape(), gate);
+    c.inputs.b = floats("b", p.gate_shape(), gate);
+    c.inputs.A_log = floats("A_log", p.head_param_shape(), f32);
+    c.inputs.dt_bias = floats("dt_bias", p.head_param_shape(), f32);
+  }
+  if (p.has_h0 || p.uses_state_cache()) c.inputs.h0 = floats("h0", p.state_shape(), f32);
+  if (p.uses_state_cache()) {
+    const RawTensor& idx = tensor("state_indices");
+    if (idx.dtype != "I32") fail(what, "tensor 'state_indices' must have dtype I32, got " + idx.dtype);
+    const Shape expected{p.N()};
+    if (idx.shape != expected)
+      fail(what, "tensor 'state_indices' must have shape " + shape_string(expected) + ", got " + shape_string(idx.shape));
+    c.inputs.state_indices.resize(static_cast<std::size_t>(p.N()));
+    if (p.N() > 0) std::memcpy(c.inputs.state_indices.data(), idx.bytes.data(), idx.bytes.size());
+  }
+  if (file.find("out.o")) {
+    Outputs<double> o;
+    o.o = floats("out.o", p.v_shape(), any_float);
+    if (p.has_hT) o.hT = floats("out.hT", p.state_shape(), any_float);
+    if (p.store_intermediate_states) o.intermediate = floats("out.intermediate", p.intermediate_shape(), any_float);
+    c.outputs = std::move(o);
+  }
+  for (const RawTensor& t : file.tensors)
+    if (!used.count(t.name))
+      fail(what, "tensor '" + t.name + "' is not part of this problem" +
+                     (t.name.rfind("out.", 0) == 0 ? " (outputs need out.o, and out.hT / out.intermediate only when "
+                                                     "the problem asks for them)"
+                                                   : ""));
+  try {
+    validate(p, c.inputs);
+  } catch (const ProblemError& e) {
+    fail(what, std::string("inputs rejected: ") + e.what());
+  }
+  return c;
+}
+
+void write_case_file(const std::string& path, const CaseFile& case_file) {
+  write_file_atomic(path, encode_case(case_file));
+}
+
+CaseFile read_case_file(const std::string& path) {
+  const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+  return decode_case(bytes.data(), bytes.size(), path);
+}
+
+}  // namespace gdn::oracle
