@@ -1,0 +1,121 @@
+#pragma once
+// Host API of the CUDA kernels (spec ../shared/spec/semantics.md §1-3, 5, 7). Plain C++:
+// g++-compiled tests and tools include this; only the .cu files need nvcc.
+//
+// Every launch takes the shared gdn::Problem (host-side shapes and options, cu_seqlens on the
+// host for validation), a DeviceTensors of device pointers and a stream. All checks below run
+// on the host before anything is enqueued and throw gdn::ProblemError naming the argument and
+// the rule; CUDA API failures throw gdn::cuda::CudaError.
+//
+// Rules beyond Problem::validate():
+//  - input_dtype is f32, bf16 or f16 (no f64 kernels); gate_dtype is f32 or input_dtype (as
+//    validate() says). A_log and dt_bias are always fp32. States (h0, hT, the state cache,
+//    intermediate) are always fp32.
+//  - K <= 256 and V <= 256 (any size from 1, multiples of 16 or not).
+//  - Every tensor the problem uses must be given (non-null) unless it has zero elements;
+//    tensors the problem does not use must be null, so a mix-up of options is caught.
+//  - Alignment: every float/half/bf16 tensor 16-byte aligned (cudaMalloc gives 256): the kernels
+//    use 16-byte (8-byte for 16-bit types) vector accesses on rows whose length is a multiple of
+//    4 elements and scalar accesses otherwise. cu_seqlens, state_indices and status need the
+//    natural alignment of their element type.
+//  - Outputs (o, hT, state_cache when written, intermediate, status) must not overlap each other
+//    or any input, with one exception: dense h0 == hT exactly (in place) is allowed.
+//  - Pointers must be device-accessible memory (cudaPointerGetAttributes; skipped while the
+//    stream is being captured into a graph, where only stream work is allowed to happen).
+//
+// State indices (state cache, §5): -1 marks a padding sequence: nothing is read from or written
+// to the cache for it and its output rows (and intermediate rows) are written as zeros. Any other
+// index outside [0, state_slots) is an error. The range needs device data, so it is checked in
+// one of two ways, the caller's choice:
+//  - host_state_indices (a host copy of the same indices) given: checked on the host before the
+//    launch, duplicates too when the state is written back (ProblemError, nothing enqueued);
+//  - status given (a device int): a one-block check kernel runs first and writes status
+//    (kStatusOk or kStatusBadStateIndex); when it is not kStatusOk the main kernel writes nothing
+//    at all. This path is graph-capturable; duplicate slots are not detected on it.
+//  With neither, a sequence with an out-of-range index is skipped (nothing written for it, its
+//  o rows are left as they were) and no error is reported: give one of the two.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "core/problem.hpp"
+
+namespace gdn::cuda {
+
+class CudaError : public std::runtime_error {
+ public:
+  explicit CudaError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Throws CudaError with the call's text and CUDA's message.
+inline void check_cuda(cudaError_t code, const char* what) {
+  if (code != cudaSuccess)
+    throw CudaError(std::string("gdn::cuda: ") + what + ": " + cudaGetErrorName(code) + ": " +
+                    cudaGetErrorString(code));
+}
+
+enum class IndexType { i32, i64 };
+
+constexpr int kStatusOk = 0;
+constexpr int kStatusBadStateIndex = 1;
+
+// Device pointers. Shapes and dtypes are the Problem's (row-major, packed tokens first):
+struct DeviceTensors {
+  const void* q = nullptr;        // [T, H, K]   input_dtype
+  const void* k = nullptr;        // [T, H, K]   input_dtype
+  const void* v = nullptr;        // [T, HV, V]  input_dtype
+  const void* g = nullptr;        // [T, HV]     gate_dtype (GateMode::direct)
+  const void* beta = nullptr;     // [T, HV]     gate_dtype (GateMode::direct)
+  const void* a = nullptr;        // [T, HV]     gate_dtype (GateMode::fused)
+  const void* b = nullptr;        // [T, HV]     gate_dtype (GateMode::fused)
+  const float* A_log = nullptr;   // [HV] fp32   (GateMode::fused)
+  const float* dt_bias = nullptr; // [HV] fp32   (GateMode::fused)
+  const float* h0 = nullptr;      // dense [N, HV, K, V] (or V-major): has_h0, no state cache
+  float* hT = nullptr;            // dense [N, HV, K, V] (or V-major): has_hT, no state cache
+  // State cache [state_slots, HV, K, V] (or V-major), when problem.state_slots > 0: read
+  // when has_h0, written in place when has_hT.
+  float* state_cache = nullptr;
+  const std::int32_t* state_indices = nullptr;       // [N] device, with a state cache
+  const std::int32_t* host_state_indices = nullptr;  // [N] optional host copy (see above)
+  int* status = nullptr;                             // optional device status word (see above)
+  // [N+1] device copy of problem.cu_seqlens (the kernel reads boundaries from it; it must hold
+  // the same values as the Problem's). Required by recurrent_prefill, ignored by decode.
+  const void* cu_seqlens = nullptr;
+  IndexType cu_seqlens_type = IndexType::i32;
+  void* o = nullptr;              // [T, HV, V] input_dtype
+  float* intermediate = nullptr;  // [T, HV, K, V] (or V-major): store_intermediate_states
+};
+
+// Tuning override. The default picks the tile from K alone (never from N, T or the batch), so a
+// sequence's bits do not depend on its neighbours and decode equals prefill bit for bit. Setting
+// it changes the reduction order (other bits, same function): benchmarks only.
+struct LaunchOptions {
+  int column_lanes = 0;  // 0: default; else 2, 4 or 8 lanes across a V tile of 4 * lanes
+};
+
+// Full recurrence over a packed varlen batch (zero-length sequences allowed): one warp per
+// (sequence, value head, V tile of 4 * column_lanes columns), the K x tile slice of the state
+// in registers, reductions over K by warp shuffles in a fixed order. Deterministic.
+void recurrent_prefill(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
+                       const LaunchOptions& options = {});
+
+// Decode (§5): a fixed-length batch (cu_seqlens = [0, Ts, 2 Ts, ...], Ts >= 1 tokens per
+// request) against a state cache (state_slots > 0) indexed by state_indices, updated in place.
+// Capturable in a CUDA graph: no host synchronisation, no allocation; behaviour depends on
+// device data only. Same kernel as the prefill (same bits), launched without cu_seqlens.
+void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
+            const LaunchOptions& options = {});
+
+// The host-side checks alone (no CUDA call): what the launches run first.
+void validate_prefill(const Problem& problem, const DeviceTensors& tensors);
+void validate_decode(const Problem& problem, const DeviceTensors& tensors);
+
+// Whether a CUDA device is usable here; fills *why when not.
+bool device_available(std::string* why = nullptr);
+
+// Bytes of state traffic one launch moves (state read + state written, fp32), for benchmarks.
+std::int64_t state_traffic_bytes(const Problem& problem);
+
+}  // namespace gdn::cuda

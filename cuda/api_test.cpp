@@ -1,0 +1,181 @@
+// Host-side argument checks of the CUDA API: they run before any CUDA call, so these tests run
+// (and must pass) on machines without a GPU. The pointers are fake, aligned addresses: a check
+// that let one through would reach the launch and fail differently.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/api.hpp"
+
+using namespace gdn;
+using namespace gdn::cuda;
+
+namespace {
+
+// Distinct, 256-aligned fake device addresses far enough apart for any test shape.
+template <class T = void>
+T* fake(int slot) {
+  return reinterpret_cast<T*>(std::uintptr_t(1) << 40 | std::uintptr_t(slot) << 28);
+}
+
+Problem small_problem() {
+  Problem p = Problem::packed({3, 0, 5}, 2, 4, 32, 48);
+  p.has_h0 = true;
+  p.has_hT = true;
+  return p;
+}
+
+DeviceTensors tensors_for(const Problem& p) {
+  DeviceTensors t;
+  t.q = fake(1);
+  t.k = fake(2);
+  t.v = fake(3);
+  t.g = fake(4);
+  t.beta = fake(5);
+  if (p.uses_state_cache()) {
+    t.state_cache = fake<float>(6);
+    t.state_indices = fake<const std::int32_t>(7);
+  } else {
+    if (p.has_h0) t.h0 = fake<const float>(6);
+    if (p.has_hT) t.hT = fake<float>(8);
+  }
+  t.cu_seqlens = fake(9);
+  t.o = fake(10);
+  return t;
+}
+
+// Runs check and requires a ProblemError naming `argument` with `fragment` in its rule.
+template <class F>
+void require_error(F check, const std::string& argument, const std::string& fragment) {
+  try {
+    check();
+    FAIL("expected ProblemError for '" << argument << "'");
+  } catch (const ProblemError& e) {
+    INFO(e.what());
+    CHECK(e.argument() == argument);
+    CHECK(e.rule().find(fragment) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a well-formed problem passes the host checks") {
+  const Problem p = small_problem();
+  CHECK_NOTHROW(validate_prefill(p, tensors_for(p)));
+}
+
+TEST_CASE("Problem::validate rules are enforced") {
+  Problem p = small_problem();
+  p.HV = 3;  // not a multiple of H = 2
+  require_error([&] { validate_prefill(p, tensors_for(p)); }, "HV", "multiple of H");
+  p = small_problem();
+  p.cu_seqlens = {0, 5, 3, 8};
+  require_error([&] { recurrent_prefill(p, tensors_for(p), nullptr); }, "cu_seqlens", "non-decreasing");
+}
+
+TEST_CASE("sizes and dtypes the kernels do not support are rejected") {
+  Problem p = small_problem();
+  p.K = 257;
+  require_error([&] { validate_prefill(p, tensors_for(p)); }, "K", "<= 256");
+  p = small_problem();
+  p.V = 300;
+  require_error([&] { validate_prefill(p, tensors_for(p)); }, "V", "<= 256");
+  p = small_problem();
+  p.input_dtype = DType::f64;
+  p.gate_dtype = DType::f64;
+  require_error([&] { validate_prefill(p, tensors_for(p)); }, "input_dtype", "f64");
+  p = small_problem();
+  LaunchOptions bad;
+  bad.column_lanes = 3;
+  require_error([&] { recurrent_prefill(p, tensors_for(p), nullptr, bad); }, "column_lanes", "2, 4 or 8");
+  p = small_problem();
+  p.K = 256;
+  bad.column_lanes = 8;
+  require_error([&] { recurrent_prefill(p, tensors_for(p), nullptr, bad); }, "column_lanes", "K <= 128");
+}
+
+TEST_CASE("missing, superfluous and misaligned pointers are rejected") {
+  const Problem p = small_problem();
+  DeviceTensors t = tensors_for(p);
+  t.v = nullptr;
+  require_error([&] { validate_prefill(p, t); }, "v", "required");
+  t = tensors_for(p);
+  t.a = fake(11);  // fused-gate input with direct gates
+  require_error([&] { validate_prefill(p, t); }, "a", "must be null");
+  t = tensors_for(p);
+  t.o = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(t.o) + 8);
+  require_error([&] { validate_prefill(p, t); }, "o", "16-byte aligned");
+  t = tensors_for(p);
+  t.cu_seqlens = nullptr;
+  require_error([&] { validate_prefill(p, t); }, "cu_seqlens", "required");
+  t = tensors_for(p);
+  t.cu_seqlens_type = IndexType::i64;
+  t.cu_seqlens = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(t.cu_seqlens) + 4);
+  require_error([&] { validate_prefill(p, t); }, "cu_seqlens", "8-byte aligned");
+  Problem empty = Problem::packed({0, 0}, 1, 1, 8, 8);
+  DeviceTensors none;
+  none.cu_seqlens = fake(9);
+  CHECK_NOTHROW(validate_prefill(empty, none));  // no tokens, no states: nothing else needed
+}
+
+TEST_CASE("outputs may not overlap other buffers, except dense h0 == hT") {
+  const Problem p = small_problem();
+  DeviceTensors t = tensors_for(p);
+  t.o = const_cast<void*>(t.q);
+  require_error([&] { validate_prefill(p, t); }, "o", "overlap");
+  t = tensors_for(p);
+  t.hT = const_cast<float*>(t.h0);
+  CHECK_NOTHROW(validate_prefill(p, t));
+  t.hT = const_cast<float*>(t.h0) + 4;
+  require_error([&] { validate_prefill(p, t); }, "hT", "overlap");
+}
+
+TEST_CASE("decode needs a fixed-length batch against a state cache") {
+  Problem p = Problem::fixed_length(4, 1, 2, 4, 64, 64);
+  p.state_slots = 6;
+  p.has_h0 = true;
+  p.has_hT = true;
+  DeviceTensors t = tensors_for(p);
+  t.cu_seqlens = nullptr;
+  CHECK_NOTHROW(validate_decode(p, t));
+  t.cu_seqlens = fake(9);
+  require_error([&] { validate_decode(p, t); }, "cu_seqlens", "must be null");
+  t.cu_seqlens = nullptr;
+  Problem ragged = p;
+  ragged.cu_seqlens = {0, 1, 2, 4, 5};
+  ragged.T = 5;
+  require_error([&] { validate_decode(ragged, t); }, "cu_seqlens", "fixed-length");
+  Problem dense = Problem::fixed_length(4, 1, 2, 4, 64, 64);
+  dense.has_h0 = true;
+  require_error([&] { validate_decode(dense, tensors_for(dense)); }, "state_slots", "state cache");
+  Problem zero = p;
+  const Problem shape = Problem::fixed_length(4, 0, 2, 4, 64, 64);
+  zero.cu_seqlens = shape.cu_seqlens;
+  zero.T = 0;
+  require_error([&] { validate_decode(zero, t); }, "cu_seqlens", "Ts >= 1");
+}
+
+TEST_CASE("state indices: a host copy is checked for range and duplicates before the launch") {
+  Problem p = Problem::fixed_length(4, 1, 2, 4, 64, 64);
+  p.state_slots = 6;
+  p.has_h0 = true;
+  p.has_hT = true;
+  DeviceTensors t = tensors_for(p);
+  t.cu_seqlens = nullptr;
+  const std::int32_t good[4] = {5, -1, 0, 2};
+  t.host_state_indices = good;
+  CHECK_NOTHROW(validate_decode(p, t));
+  const std::int32_t out_of_range[4] = {5, -1, 6, 2};
+  t.host_state_indices = out_of_range;
+  require_error([&] { decode(p, t, nullptr); }, "state_indices", "-1 (padding) or in [0, state_slots = 6)");
+  const std::int32_t negative[4] = {5, -2, 0, 2};
+  t.host_state_indices = negative;
+  require_error([&] { decode(p, t, nullptr); }, "state_indices", "got state_indices[1] = -2");
+  const std::int32_t twice[4] = {5, 1, 1, 2};
+  t.host_state_indices = twice;
+  require_error([&] { decode(p, t, nullptr); }, "state_indices", "twice");
+  p.has_hT = false;  // read-only: sharing a slot is fine
+  CHECK_NOTHROW(validate_decode(p, t));
+}

@@ -1,0 +1,54 @@
+#pragma once
+// Shared pieces of the CUDA benchmarks: device inputs for a problem, CUDA-event timing, and
+// the device-to-device copy bandwidth the same binary measures (the ceiling that the decode's
+// state traffic is compared with).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "cuda/api.hpp"
+#include "cuda/device_buffer.hpp"
+
+namespace gdn::cuda::bench {
+
+// All device buffers of one problem, filled from fuzz::make_inputs (bf16/f16 inputs converted
+// exactly), outputs allocated; tensors() points at them.
+class DeviceProblem {
+ public:
+  DeviceProblem(const Problem& problem, std::uint64_t seed);
+  const DeviceTensors& tensors() const { return tensors_; }
+  const Problem& problem() const { return problem_; }
+
+ private:
+  Problem problem_;
+  std::vector<DeviceBuffer<unsigned char>> buffers_;
+  std::vector<std::int32_t> host_indices_;
+  std::vector<float> state_host_;
+  DeviceTensors tensors_;
+};
+
+// Bytes read + written per second of a cudaMemcpyAsync device-to-device copy of `bytes`
+// (median of several timed copies after a warm-up). Measured once per process and cached.
+double copy_bandwidth(std::size_t bytes = std::size_t(2) << 30);
+
+// Event pair on a stream: elapsed seconds of the work enqueued between start() and stop().
+class EventTimer {
+ public:
+  explicit EventTimer(cudaStream_t stream);
+  ~EventTimer();
+  void start();
+  double stop();  // synchronises on the end event
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t begin_, end_;
+};
+
+// Sets the counters every benchmark reports from the total of the manual times.
+void report(benchmark::State& state, double seconds, std::int64_t iterations, const Problem& problem,
+            std::int64_t state_bytes);
+
+}  // namespace gdn::cuda::bench

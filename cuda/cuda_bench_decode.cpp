@@ -1,0 +1,101 @@
+// Decode benchmark (§5): one token per request (Ts = 1) against a state cache, Qwen3-Next's
+// linear-attention head shape: H = 16 query/key heads, HV = 32 value heads, K = V = 128,
+// bf16 q/k/v, fp32 g and beta, in-kernel l2norm, fp32 state updated in place. The state is
+// 2 MiB per request; traffic counted is state read + state written (q/k/v/o are < 0.2%).
+// Each iteration is timed with CUDA events around one launch, host-side checks included
+// (mode "launch"), or around the replay of a CUDA graph holding the launch (mode "graph").
+// Args: batch, column_lanes (0 = default tile), status (1: the graph-safe state-index check
+// kernel runs first), graph (1: replay a captured graph).
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+
+#include "cuda/bench_common.hpp"
+
+namespace {
+
+using namespace gdn;
+using namespace gdn::cuda;
+
+Problem decode_problem(int batch) {
+  Problem p = Problem::fixed_length(batch, 1, 16, 32, 128, 128);
+  p.input_dtype = DType::bf16;
+  p.gate_dtype = DType::f32;
+  p.use_qk_l2norm = true;
+  p.state_slots = batch;
+  p.has_h0 = true;
+  p.has_hT = true;
+  return p;
+}
+
+void BM_copy(benchmark::State& state) {
+  const double bw = bench::copy_bandwidth();
+  const double bytes = double(std::size_t(2) << 30) * 2.0;
+  for (auto _ : state) state.SetIterationTime(bytes / bw);
+  state.counters["copy_GBps"] = bw * 1e-9;
+}
+
+void BM_decode(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0));
+  LaunchOptions options;
+  options.column_lanes = static_cast<int>(state.range(1));
+  const bool with_status = state.range(2) != 0;
+  const bool graph_mode = state.range(3) != 0;
+  const Problem p = decode_problem(batch);
+  // One device problem per batch for the whole process (a 1024-request cache is 2 GiB); the
+  // state keeps evolving from launch to launch, which is what decode does.
+  static std::map<int, std::unique_ptr<bench::DeviceProblem>> devices;
+  if (!devices[batch]) devices[batch] = std::make_unique<bench::DeviceProblem>(p, 42);
+  DeviceTensors t = devices[batch]->tensors();
+  DeviceBuffer<int> status(1);
+  if (with_status) t.status = status.data();
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaGraphExec_t exec = nullptr;
+  cudaGraph_t graph = nullptr;
+  if (graph_mode) {
+    check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture");
+    decode(p, t, stream, options);
+    check_cuda(cudaStreamEndCapture(stream, &graph), "capture");
+    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  }
+  auto once = [&] {
+    if (graph_mode) check_cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    else decode(p, t, stream, options);
+  };
+  for (int i = 0; i < 3; ++i) once();  // warm-up
+  check_cuda(cudaStreamSynchronize(stream), "warm-up");
+  bench::EventTimer timer(stream);
+  double total = 0;
+  for (auto _ : state) {
+    timer.start();
+    once();
+    const double seconds = timer.stop();
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  bench::report(state, total, state.iterations(), p, state_traffic_bytes(p));
+  state.counters["batch"] = batch;
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
+// The default tile at every batch, plain and with the status check, launch and graph modes.
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+// Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph"})
+    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+
+BENCHMARK_MAIN();

@@ -1,0 +1,82 @@
+// Recurrent prefill benchmark: packed batches at Qwen3-Next's head shape (H = 16, HV = 32,
+// K = V = 128), bf16 q/k/v, fp32 g and beta, in-kernel l2norm, dense fp32 h0 and hT. The
+// recurrence is serial in t, so what matters is tokens/s at a given batch shape; the state
+// traffic counter is reported for completeness (it is small here). CUDA-event time of one
+// launch per iteration, host-side checks included.
+// Args: sequences, tokens per sequence (0: the varlen mix below), column_lanes (0: default).
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+
+#include "cuda/bench_common.hpp"
+
+namespace {
+
+using namespace gdn;
+using namespace gdn::cuda;
+
+Problem prefill_problem(int sequences, int length) {
+  std::vector<std::int64_t> lengths;
+  if (length > 0) {
+    lengths.assign(static_cast<std::size_t>(sequences), length);
+  } else {
+    // A serving-like mix: short and long prompts, one empty.
+    const std::int64_t mix[] = {4096, 17, 1000, 0, 2048, 333, 64, 1500};
+    for (int n = 0; n < sequences; ++n) lengths.push_back(mix[n % 8]);
+  }
+  Problem p = Problem::packed(lengths, 16, 32, 128, 128);
+  p.input_dtype = DType::bf16;
+  p.gate_dtype = DType::f32;
+  p.use_qk_l2norm = true;
+  p.has_h0 = true;
+  p.has_hT = true;
+  return p;
+}
+
+void BM_prefill(benchmark::State& state) {
+  const int sequences = static_cast<int>(state.range(0));
+  const int length = static_cast<int>(state.range(1));
+  LaunchOptions options;
+  options.column_lanes = static_cast<int>(state.range(2));
+  const Problem p = prefill_problem(sequences, length);
+  static std::map<std::pair<int, int>, std::unique_ptr<bench::DeviceProblem>> devices;
+  auto& device = devices[{sequences, length}];
+  if (!device) device = std::make_unique<bench::DeviceProblem>(p, 7);
+  const DeviceTensors t = device->tensors();
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  recurrent_prefill(p, t, stream, options);  // warm-up
+  check_cuda(cudaStreamSynchronize(stream), "warm-up");
+  bench::EventTimer timer(stream);
+  double total = 0;
+  for (auto _ : state) {
+    timer.start();
+    recurrent_prefill(p, t, stream, options);
+    const double seconds = timer.stop();
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  bench::report(state, total, state.iterations(), p, state_traffic_bytes(p));
+  state.counters["T"] = double(p.T);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+// {sequences, tokens per sequence}: one long sequence, a few, many short ones, a varlen mix.
+BENCHMARK(BM_prefill)
+    ->ArgNames({"sequences", "length", "column_lanes"})
+    ->Args({1, 8192, 0})
+    ->Args({4, 4096, 0})
+    ->Args({16, 1024, 0})
+    ->Args({64, 256, 0})
+    ->Args({8, 0, 0})
+    ->Args({1, 8192, 2})
+    ->Args({1, 8192, 8})
+    ->Args({16, 1024, 2})
+    ->Args({16, 1024, 8})
+    ->UseManualTime()
+    ->MinTime(0.3);
+
+BENCHMARK_MAIN();

@@ -1,0 +1,283 @@
+// Host side of the CUDA kernels: every check of api.hpp, then one launch (two with a status
+// word). Compiled by the host compiler; the kernels live in the .cu files.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda/api.hpp"
+#include "cuda/recurrent_params.hpp"
+
+namespace gdn::cuda {
+
+namespace {
+
+using detail::ElementType;
+using detail::RecurrentParams;
+
+constexpr int kMaxHeadDim = 256;
+
+[[noreturn]] void fail(const std::string& argument, const std::string& rule) {
+  throw ProblemError(argument, rule);
+}
+
+std::string str(std::int64_t x) { return std::to_string(x); }
+
+ElementType element_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ElementType::f32;
+    case DType::bf16: return ElementType::bf16;
+    case DType::f16: return ElementType::f16;
+    default: break;
+  }
+  return ElementType::f32;
+}
+
+// One buffer the launch touches: name, address, bytes, whether the launch writes it.
+struct Buffer {
+  const char* name;
+  const void* pointer;
+  std::int64_t bytes;
+  bool written;
+  std::size_t alignment;
+};
+
+// The buffers a problem uses, with their sizes; unused ones carry bytes = -1.
+std::vector<Buffer> buffers_of(const Problem& p, const DeviceTensors& t, bool decode) {
+  const std::int64_t in = static_cast<std::int64_t>(dtype_size(p.input_dtype));
+  const std::int64_t gate = static_cast<std::int64_t>(dtype_size(p.gate_dtype));
+  const std::int64_t qk = p.T * p.H * p.K * in;
+  const std::int64_t vv = p.T * p.HV * p.V * in;
+  const std::int64_t gates = p.T * p.HV * gate;
+  const std::int64_t state = shape_numel(p.state_shape()) * 4;
+  const bool direct = p.gate_mode == GateMode::direct;
+  const bool cache = p.uses_state_cache();
+  const std::int64_t unused = -1;
+  const std::size_t cu_size = t.cu_seqlens_type == IndexType::i64 ? 8 : 4;
+  return {
+      {"q", t.q, qk, false, 16},
+      {"k", t.k, qk, false, 16},
+      {"v", t.v, vv, false, 16},
+      {"g", t.g, direct ? gates : unused, false, 16},
+      {"beta", t.beta, direct ? gates : unused, false, 16},
+      {"a", t.a, direct ? unused : gates, false, 16},
+      {"b", t.b, direct ? unused : gates, false, 16},
+      {"A_log", t.A_log, direct ? unused : p.HV * 4, false, 16},
+      {"dt_bias", t.dt_bias, direct ? unused : p.HV * 4, false, 16},
+      {"h0", t.h0, (p.has_h0 && !cache) ? state : unused, false, 16},
+      {"hT", t.hT, (p.has_hT && !cache) ? state : unused, true, 16},
+      {"state_cache", t.state_cache, cache ? state : unused, cache && p.has_hT, 16},
+      {"state_indices", t.state_indices, cache ? p.N() * 4 : unused, false, 4},
+      {"cu_seqlens", t.cu_seqlens, decode ? unused : (p.N() + 1) * std::int64_t(cu_size), false, cu_size},
+      {"o", t.o, vv, true, 16},
+      {"intermediate", t.intermediate,
+       p.store_intermediate_states ? shape_numel(p.intermediate_shape()) * 4 : unused, true, 16},
+      {"status", t.status, t.status ? 4 : unused, true, 4},
+  };
+}
+
+void validate_common(const Problem& p, const DeviceTensors& t, bool decode) {
+  p.validate();
+  if (p.input_dtype == DType::f64)
+    fail("input_dtype", "must be f32, bf16 or f16 for the CUDA kernels, got f64");
+  if (p.K > kMaxHeadDim) fail("K", "must be <= 256 for the CUDA kernels, got " + str(p.K));
+  if (p.V > kMaxHeadDim) fail("V", "must be <= 256 for the CUDA kernels, got " + str(p.V));
+  if (p.N() > (1 << 30)) fail("cu_seqlens", "must describe at most 2^30 sequences");
+  if (decode) {
+    if (!p.uses_state_cache())
+      fail("state_slots", "decode needs a state cache (state_slots > 0), got 0");
+    const std::int64_t ts = p.seq_len(0);
+    if (ts < 1) fail("cu_seqlens", "decode needs Ts >= 1 tokens per request, got " + str(ts));
+    for (int n = 0; n < p.N(); ++n)
+      if (p.seq_len(n) != ts)
+        fail("cu_seqlens", "decode needs a fixed-length batch [0, Ts, 2 Ts, ...]; request " + str(n) +
+                               " has " + str(p.seq_len(n)) + " tokens, request 0 has " + str(ts));
+  }
+  if (t.host_state_indices != nullptr && !p.uses_state_cache())
+    fail("host_state_indices", "given but the problem has no state cache (state_slots = 0)");
+
+  const std::vector<Buffer> buffers = buffers_of(p, t, decode);
+  for (const Buffer& b : buffers) {
+    if (b.bytes < 0) {
+      if (b.pointer != nullptr)
+        fail(b.name, "must be null: this problem does not use it (" + p.describe() + ")");
+      continue;
+    }
+    if (b.bytes > 0 && b.pointer == nullptr)
+      fail(b.name, "is required by this problem but is null (" + str(b.bytes) + " bytes)");
+    if (b.pointer != nullptr && reinterpret_cast<std::uintptr_t>(b.pointer) % b.alignment != 0)
+      fail(b.name, "must be " + str(std::int64_t(b.alignment)) + "-byte aligned (the kernels use vector accesses)");
+  }
+  // Outputs overlap nothing else (dense in-place h0 == hT excepted).
+  for (std::size_t x = 0; x < buffers.size(); ++x) {
+    const Buffer& w = buffers[x];
+    if (!w.written || w.bytes <= 0 || w.pointer == nullptr) continue;
+    for (std::size_t y = 0; y < buffers.size(); ++y) {
+      const Buffer& r = buffers[y];
+      if (x == y || r.bytes <= 0 || r.pointer == nullptr) continue;
+      if (std::string(w.name) == "hT" && std::string(r.name) == "h0" && w.pointer == r.pointer) continue;
+      const auto wb = reinterpret_cast<std::uintptr_t>(w.pointer), rb = reinterpret_cast<std::uintptr_t>(r.pointer);
+      if (wb < rb + std::uintptr_t(r.bytes) && rb < wb + std::uintptr_t(w.bytes))
+        fail(w.name, std::string("must not overlap '") + r.name + "' (outputs alias nothing but h0 == hT)");
+    }
+  }
+
+  if (t.host_state_indices != nullptr) {
+    std::vector<int> seen(static_cast<std::size_t>(p.state_slots), -1);
+    for (int n = 0; n < p.N(); ++n) {
+      const std::int32_t slot = t.host_state_indices[n];
+      if (slot == -1) continue;
+      if (slot < 0 || slot >= p.state_slots)
+        fail("state_indices", "must be -1 (padding) or in [0, state_slots = " + str(p.state_slots) +
+                                  "), got state_indices[" + str(n) + "] = " + str(slot));
+      if (p.has_hT && seen[static_cast<std::size_t>(slot)] >= 0)
+        fail("state_indices", "must not name one slot twice when the state is written back; slot " +
+                                  str(slot) + " is used by sequences " + str(seen[static_cast<std::size_t>(slot)]) +
+                                  " and " + str(n));
+      seen[static_cast<std::size_t>(slot)] = n;
+    }
+  }
+}
+
+// The default tile depends on K alone (batch invariance, decode == prefill bitwise).
+int column_lanes_for(const Problem& p, const LaunchOptions& options) {
+  if (options.column_lanes == 0) return p.K <= 128 ? 4 : 2;
+  if (options.column_lanes != 2 && options.column_lanes != 4 && options.column_lanes != 8)
+    fail("column_lanes", "must be 0 (default), 2, 4 or 8, got " + str(options.column_lanes));
+  return options.column_lanes;
+}
+
+int rows_per_lane_for(const Problem& p, int column_lanes) {
+  const int row_lanes = 32 / column_lanes;
+  const int needed = (p.K + row_lanes - 1) / row_lanes;
+  int rows = 4;
+  while (rows < needed) rows *= 2;
+  return rows;
+}
+
+void check_device_pointers(const Problem& p, const DeviceTensors& t, bool decode, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone) return;
+  for (const Buffer& b : buffers_of(p, t, decode)) {
+    if (b.bytes <= 0 || b.pointer == nullptr) continue;
+    cudaPointerAttributes attributes{};
+    const cudaError_t code = cudaPointerGetAttributes(&attributes, b.pointer);
+    if (code != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: the error is reported as an argument error
+      fail(b.name, std::string("must be device memory (cudaPointerGetAttributes: ") + cudaGetErrorString(code) + ")");
+    }
+    if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
+      fail(b.name, "must be device (or managed) memory, got a host or unregistered pointer");
+  }
+}
+
+void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const LaunchOptions& options,
+            bool decode) {
+  validate_common(p, t, decode);
+  const int column_lanes = column_lanes_for(p, options);
+  const int rows_per_lane = rows_per_lane_for(p, column_lanes);
+  if (column_lanes == 8 && rows_per_lane > 32)
+    fail("column_lanes", "8 column lanes support K <= 128, got K = " + str(p.K));
+  check_device_pointers(p, t, decode, stream);
+
+  RecurrentParams r{};
+  r.q = t.q;
+  r.k = t.k;
+  r.v = t.v;
+  r.g = t.g;
+  r.beta = t.beta;
+  r.a = t.a;
+  r.b = t.b;
+  r.A_log = t.A_log;
+  r.dt_bias = t.dt_bias;
+  r.h0 = t.h0;
+  r.hT = t.hT;
+  r.state_cache = t.state_cache;
+  r.state_indices = t.state_indices;
+  r.status = t.status;
+  r.cu_seqlens = decode ? nullptr : t.cu_seqlens;
+  r.cu_seqlens_64 = t.cu_seqlens_type == IndexType::i64;
+  r.tokens_per_sequence = decode ? p.seq_len(0) : 0;
+  r.o = t.o;
+  r.intermediate = t.intermediate;
+  r.N = p.N();
+  r.H = p.H;
+  r.HV = p.HV;
+  r.K = p.K;
+  r.V = p.V;
+  r.group = p.group_size();
+  r.scale = static_cast<float>(p.effective_scale());
+  r.state_slots = p.state_slots;
+  r.has_h0 = p.has_h0;
+  r.has_hT = p.has_hT;
+  r.use_cache = p.uses_state_cache();
+  r.v_major = p.state_layout == StateLayout::v_major;
+  r.l2norm = p.use_qk_l2norm;
+  r.fused_gates = p.gate_mode == GateMode::fused;
+  r.negative_eigenvalues = p.allow_negative_eigenvalues;
+  r.gate_type = static_cast<int>(element_type(p.gate_dtype));
+  r.store_intermediate = p.store_intermediate_states;
+  r.vector_k = p.K % 4 == 0;
+  r.vector_v = p.V % 4 == 0;
+  r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
+  r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
+  const std::int64_t blocks = (r.items + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;
+  if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
+
+  if (t.status != nullptr) {
+    if (p.uses_state_cache()) {
+      detail::launch_check_indices(t.state_indices, p.N(), p.state_slots, t.status, stream);
+    } else {
+      check_cuda(cudaMemsetAsync(t.status, 0, sizeof(int), stream), "cudaMemsetAsync(status)");
+    }
+    check_cuda(cudaGetLastError(), "check_indices launch");
+  }
+  if (!detail::launch_recurrent(element_type(p.input_dtype), column_lanes, rows_per_lane, r, stream))
+    fail("K", "no kernel instance for column_lanes = " + str(column_lanes) + ", rows per lane " +
+                  str(rows_per_lane));
+  check_cuda(cudaGetLastError(), "recurrent kernel launch");
+}
+
+}  // namespace
+
+void validate_prefill(const Problem& problem, const DeviceTensors& tensors) {
+  validate_common(problem, tensors, false);
+}
+void validate_decode(const Problem& problem, const DeviceTensors& tensors) {
+  validate_common(problem, tensors, true);
+}
+
+void recurrent_prefill(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
+                       const LaunchOptions& options) {
+  launch(problem, tensors, stream, options, false);
+}
+
+void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
+            const LaunchOptions& options) {
+  launch(problem, tensors, stream, options, true);
+}
+
+bool device_available(std::string* why) {
+  int count = 0;
+  const cudaError_t code = cudaGetDeviceCount(&count);
+  if (code != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    if (why) *why = code != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(code)
+                                        : std::string("no CUDA device");
+    return false;
+  }
+  return true;
+}
+
+std::int64_t state_traffic_bytes(const Problem& problem) {
+  const std::int64_t per_state = std::int64_t(problem.HV) * problem.K * problem.V * 4;
+  std::int64_t sequences = problem.N();
+  const std::int64_t reads = problem.has_h0 ? sequences * per_state : 0;
+  const std::int64_t writes = problem.has_hT ? sequences * per_state : 0;
+  const std::int64_t intermediate =
+      problem.store_intermediate_states ? problem.T * per_state : 0;
+  return reads + writes + intermediate;
+}
+
+}  // namespace gdn::cuda

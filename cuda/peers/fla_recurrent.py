@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Peer run: flash-linear-attention's fused_recurrent_gated_delta_rule at the shapes of
+cuda/cuda_bench_decode.cpp and cuda/cuda_bench_recurrent.cpp, with the same counters.
+
+Decode: B requests x 1 token, H = 16, HV = 32, K = V = 128, bf16 q/k/v, fp32 g/beta, in-kernel
+l2norm, fp32 initial state [B, HV, K, V] read and final state written (fla has no in-place
+state-cache path in this function: it reads h0 and writes a new ht, the same bytes as ours).
+Prefill: packed batches (B = 1 with cu_seqlens), dense h0/hT, same dtypes.
+
+Times are triton.testing.do_bench medians (CUDA events around each call, Python launch cost
+included, as in our launch-mode benchmarks). Results are rewritten atomically to
+$OUT/fla_recurrent.json after every shape, so a timeout keeps what was measured.
+"""
+import datetime
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+H, HV, K, V = 16, 32, 128, 128
+OUT = os.environ.get("OUT", ".")
+PATH = os.path.join(OUT, "fla_recurrent.json")
+
+
+def write(results):
+    tmp = PATH + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=2)
+    os.replace(tmp, PATH)
+
+
+def copy_bandwidth(nbytes=2 << 30):
+    src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = do_bench(lambda: dst.copy_(src), warmup=50, rep=200, return_mode="median") * 1e-3
+    return 2.0 * nbytes / t
+
+
+def inputs(T, N, dev="cuda"):
+    torch.manual_seed(0)
+    q = torch.randn(1, T, H, K, device=dev, dtype=torch.bfloat16)
+    k = torch.randn(1, T, H, K, device=dev, dtype=torch.bfloat16)
+    v = torch.randn(1, T, HV, V, device=dev, dtype=torch.bfloat16)
+    g = torch.log(0.9 + 0.1 * torch.rand(1, T, HV, device=dev, dtype=torch.float32))
+    beta = torch.rand(1, T, HV, device=dev, dtype=torch.float32)
+    h0 = 0.5 * torch.randn(N, HV, K, V, device=dev, dtype=torch.float32)
+    return q, k, v, g, beta, h0
+
+
+def record(results, kind, shape, seconds, state_bytes, T, copy_bw):
+    entry = dict(shape, kind=kind, ms=seconds * 1e3, state_GBps=state_bytes / seconds * 1e-9,
+                 fraction_of_copy=state_bytes / seconds / copy_bw, tokens_per_s=T / seconds,
+                 state_MB=state_bytes * 1e-6)
+    results["results"].append(entry)
+    write(results)
+    print(json.dumps(entry), flush=True)
+
+
+def main():
+    props = torch.cuda.get_device_properties(0)
+    results = {
+        "peer": "flash-linear-attention fused_recurrent_gated_delta_rule",
+        "fla_version": __import__("fla").__version__,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": f"{props.name} ({props.multi_processor_count} SMs)",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": os.environ.get("GDN_COMMIT", ""),
+        "command": os.environ.get("GDN_COMMAND", " ".join(sys.argv)),
+        "timing": "triton.testing.do_bench median, warmup 25 ms, rep 100 ms",
+        "results": [],
+    }
+    copy_bw = copy_bandwidth()
+    results["copy_GBps"] = copy_bw * 1e-9
+    write(results)
+    print(f"copy bandwidth {copy_bw * 1e-9:.1f} GB/s", flush=True)
+
+    only = os.environ.get("FLA_ONLY", "")
+    if only in ("", "decode"):
+        for batch in (1, 64, 256, 1024):
+            q, k, v, g, beta, h0 = inputs(batch, batch)
+            # Decode layout: [B, 1, ...] without cu_seqlens.
+            q, k, v = (x.view(batch, 1, *x.shape[2:]) for x in (q, k, v))
+            g, beta = (x.view(batch, 1, HV) for x in (g, beta))
+            fn = lambda: fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=h0,
+                                                          output_final_state=True,
+                                                          use_qk_l2norm_in_kernel=True)
+            fn()
+            torch.cuda.synchronize()
+            t = do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+            state_bytes = 2 * batch * HV * K * V * 4
+            record(results, "decode", {"batch": batch}, t, state_bytes, batch, copy_bw)
+            del q, k, v, g, beta, h0
+            torch.cuda.empty_cache()
+
+    if only in ("", "prefill"):
+        mix = [4096, 17, 1000, 0, 2048, 333, 64, 1500]
+        for sequences, length in ((1, 8192), (4, 4096), (16, 1024), (64, 256), (8, 0)):
+            lengths = [length] * sequences if length > 0 else [mix[n % 8] for n in range(sequences)]
+            T = sum(lengths)
+            cu = torch.tensor([0] + list(torch.cumsum(torch.tensor(lengths), 0).tolist()),
+                              dtype=torch.long, device="cuda")
+            q, k, v, g, beta, h0 = inputs(T, sequences)
+            fn = lambda: fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=h0,
+                                                          output_final_state=True,
+                                                          use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+            fn()
+            torch.cuda.synchronize()
+            t = do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+            state_bytes = 2 * sequences * HV * K * V * 4
+            record(results, "prefill", {"sequences": sequences, "length": length, "T": T}, t,
+                   state_bytes, T, copy_bw)
+    results["complete"] = True
+    write(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,450 @@
+#pragma once
+// The recurrent kernel behind both recurrent_prefill and decode (§2, §3, §5).
+//
+// One warp owns one (sequence n, value head j, V tile of BV = 4 * COL_LANES columns) for the
+// whole sequence. Lane = rg * COL_LANES + cg: cg picks 4 consecutive columns v0 = tile*BV + 4*cg,
+// rg (one of RL = 32 / COL_LANES row groups) picks RPL rows of K in chunks of 4:
+// k = 4 * (rg + RL * m) + e (m < RPL / 4, e < 4). So each thread holds S[k][v0..v0+3] for its
+// RPL rows (RPL * 4 fp32 registers), every access is a 16-byte vector of 4 consecutive floats
+// (along V in the K-major layout, along K in the V-major one), and a warp instruction touches
+// whole 32-byte sectors in either layout.
+//
+// Per token, with raw k, q and the decayed-state identities
+//   S_dec = a S,  S_dec^T k^ = a (S^T k) ik,  o = S_new^T (s q^) = a (S^T q) s iq + (k^.q^) s u
+// (ik, iq: inverse l2 norms, s: scale), all reductions of a token (S^T k, S^T q per column,
+// |k|^2, |q|^2, k.q) are done in ONE butterfly over the RL row lanes (xor offsets COL_LANES..16):
+// a fixed order that gives every lane the same bits and depends on nothing but K and the tile,
+// never on the batch. Then u = beta (v - S_dec^T k^) and S = a S + k^ u^T in registers.
+// No atomics, no shared memory, no inter-warp communication: deterministic and batch invariant.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/recurrent_params.hpp"
+
+namespace gdn::cuda::detail {
+
+template <class T>
+struct Element;
+template <>
+struct Element<float> {
+  static __device__ __forceinline__ float load(const float* p) { return *p; }
+  static __device__ __forceinline__ void load4(const float* p, float out[4]) {
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+  }
+  static __device__ __forceinline__ void store(float* p, float x) { *p = x; }
+  static __device__ __forceinline__ void store4(float* p, const float x[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  }
+};
+template <>
+struct Element<__nv_bfloat16> {
+  static __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+  static __device__ __forceinline__ void load4(const __nv_bfloat16* p, float out[4]) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    out[0] = __low2float(lo), out[1] = __high2float(lo), out[2] = __low2float(hi), out[3] = __high2float(hi);
+  }
+  static __device__ __forceinline__ void store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+  static __device__ __forceinline__ void store4(__nv_bfloat16* p, const float x[4]) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(x[0], x[1]);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(x[2], x[3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<unsigned*>(&lo);
+    raw.y = *reinterpret_cast<unsigned*>(&hi);
+    *reinterpret_cast<uint2*>(p) = raw;
+  }
+};
+template <>
+struct Element<__half> {
+  static __device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
+  static __device__ __forceinline__ void load4(const __half* p, float out[4]) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const __half2 lo = *reinterpret_cast<const __half2*>(&raw.x);
+    const __half2 hi = *reinterpret_cast<const __half2*>(&raw.y);
+    out[0] = __low2float(lo), out[1] = __high2float(lo), out[2] = __low2float(hi), out[3] = __high2float(hi);
+  }
+  static __device__ __forceinline__ void store(__half* p, float x) { *p = __float2half_rn(x); }
+  static __device__ __forceinline__ void store4(__half* p, const float x[4]) {
+    __half2 lo = __floats2half2_rn(x[0], x[1]);
+    __half2 hi = __floats2half2_rn(x[2], x[3]);
+    uint2 raw;
+    raw.x = *reinterpret_cast<unsigned*>(&lo);
+    raw.y = *reinterpret_cast<unsigned*>(&hi);
+    *reinterpret_cast<uint2*>(p) = raw;
+  }
+};
+
+// Four elements in their storage type, as held in registers between load and use (16-bit
+// types stay packed: half the registers for the prefetched token).
+template <class T>
+struct Raw4 {
+  uint2 bits;
+  __device__ __forceinline__ void unpack(float out[4]) const;
+};
+template <>
+struct Raw4<float> {
+  float4 x;
+  __device__ __forceinline__ void unpack(float out[4]) const { out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w; }
+};
+template <>
+__device__ __forceinline__ void Raw4<__nv_bfloat16>::unpack(float out[4]) const {
+  const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&bits.x);
+  const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&bits.y);
+  out[0] = __low2float(lo), out[1] = __high2float(lo), out[2] = __low2float(hi), out[3] = __high2float(hi);
+}
+template <>
+__device__ __forceinline__ void Raw4<__half>::unpack(float out[4]) const {
+  const __half2 lo = *reinterpret_cast<const __half2*>(&bits.x);
+  const __half2 hi = *reinterpret_cast<const __half2*>(&bits.y);
+  out[0] = __low2float(lo), out[1] = __high2float(lo), out[2] = __low2float(hi), out[3] = __high2float(hi);
+}
+
+__device__ __forceinline__ unsigned short raw_bits(const __nv_bfloat16* p) {
+  return *reinterpret_cast<const unsigned short*>(p);
+}
+__device__ __forceinline__ unsigned short raw_bits(const __half* p) {
+  return *reinterpret_cast<const unsigned short*>(p);
+}
+
+// 4 consecutive elements at p of which the first `valid` exist (zeros beyond), kept raw.
+__device__ __forceinline__ Raw4<float> load_raw(const float* p, int valid, bool vector_ok) {
+  Raw4<float> r;
+  if (valid >= 4 && vector_ok) {
+    r.x = *reinterpret_cast<const float4*>(p);
+  } else {
+    r.x.x = valid > 0 ? p[0] : 0.f;
+    r.x.y = valid > 1 ? p[1] : 0.f;
+    r.x.z = valid > 2 ? p[2] : 0.f;
+    r.x.w = valid > 3 ? p[3] : 0.f;
+  }
+  return r;
+}
+template <class T>
+__device__ __forceinline__ Raw4<T> load_raw(const T* p, int valid, bool vector_ok) {
+  Raw4<T> r;
+  if (valid >= 4 && vector_ok) {
+    r.bits = *reinterpret_cast<const uint2*>(p);
+  } else {
+    unsigned e[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) e[i] = i < valid ? raw_bits(p + i) : 0u;  // +0 in bf16 and f16
+    r.bits.x = e[0] | (e[1] << 16);
+    r.bits.y = e[2] | (e[3] << 16);
+  }
+  return r;
+}
+
+// 4 consecutive elements starting at p, of which the first `valid` exist; zeros beyond.
+template <class T>
+__device__ __forceinline__ void load_run(const T* p, int valid, bool vector_ok, float out[4]) {
+  if (valid >= 4 && vector_ok) {
+    Element<T>::load4(p, out);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[e] = e < valid ? Element<T>::load(p + e) : 0.f;
+  }
+}
+template <class T>
+__device__ __forceinline__ void store_run(T* p, int valid, bool vector_ok, const float x[4]) {
+  if (valid >= 4 && vector_ok) {
+    Element<T>::store4(p, x);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (e < valid) Element<T>::store(p + e, x[e]);
+  }
+}
+
+__device__ __forceinline__ float load_gate(const void* p, int type, std::int64_t i) {
+  switch (type) {
+    case int(ElementType::bf16): return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case int(ElementType::f16): return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// One token's inputs as the thread needs them: k, q and v raw, the gates resolved to fp32.
+template <class In, int RPL>
+struct Token {
+  Raw4<In> k[RPL / 4];
+  Raw4<In> q[RPL / 4];
+  Raw4<In> v;
+  float g;
+  float beta;
+};
+
+template <class In, int COL_LANES, int RPL>
+struct Tile {
+  static constexpr int RL = 32 / COL_LANES;  // row lanes
+  static constexpr int BV = 4 * COL_LANES;   // columns per warp
+  static constexpr int CHUNKS = RPL / 4;
+  static_assert(RPL % 4 == 0, "rows per lane come in chunks of 4");
+
+  const RecurrentParams& p;
+  int rg, cg, v0, h, j;
+
+  __device__ Tile(const RecurrentParams& params, int lane, int tile, int head)
+      : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + 4 * (lane % COL_LANES)),
+        h(head / params.group), j(head) {}
+
+  __device__ __forceinline__ int k_of(int m) const { return 4 * (rg + RL * m); }
+
+  // S of one (row, head) of a [rows, HV, K, V] (or V-major) fp32 tensor.
+  __device__ void load_state(const float* base, float s[RPL][4]) const {
+    const int K = p.K, V = p.V;
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      const int k0 = k_of(m);
+      if (!p.v_major) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int kk = k0 + e;
+          if (kk < K && v0 < V) load_run(base + std::int64_t(kk) * V + v0, V - v0, p.vector_v, s[4 * m + e]);
+          else s[4 * m + e][0] = s[4 * m + e][1] = s[4 * m + e][2] = s[4 * m + e][3] = 0.f;
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float run[4] = {0.f, 0.f, 0.f, 0.f};
+          if (v0 + c < V && k0 < K) load_run(base + std::int64_t(v0 + c) * K + k0, K - k0, p.vector_k, run);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[4 * m + e][c] = run[e];
+        }
+      }
+    }
+  }
+
+  __device__ void store_state(float* base, const float s[RPL][4]) const {
+    const int K = p.K, V = p.V;
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      const int k0 = k_of(m);
+      if (!p.v_major) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int kk = k0 + e;
+          if (kk < K && v0 < V) store_run(base + std::int64_t(kk) * V + v0, V - v0, p.vector_v, s[4 * m + e]);
+        }
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (v0 + c < V && k0 < K) {
+            float run[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) run[e] = s[4 * m + e][c];
+            store_run(base + std::int64_t(v0 + c) * K + k0, K - k0, p.vector_k, run);
+          }
+        }
+      }
+    }
+  }
+
+  __device__ void load_token(std::int64_t t, Token<In, RPL>& x) const {
+    const int K = p.K, V = p.V;
+    const In* kp = static_cast<const In*>(p.k) + (t * p.H + h) * K;
+    const In* qp = static_cast<const In*>(p.q) + (t * p.H + h) * K;
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      const int k0 = k_of(m);
+      const int valid = k0 < K ? K - k0 : 0;
+      x.k[m] = load_raw(kp + k0, valid, p.vector_k);
+      x.q[m] = load_raw(qp + k0, valid, p.vector_k);
+    }
+    x.v = load_raw(static_cast<const In*>(p.v) + (t * p.HV + j) * V + v0, v0 < V ? V - v0 : 0, p.vector_v);
+    const std::int64_t gi = t * p.HV + j;
+    if (!p.fused_gates) {
+      x.g = load_gate(p.g, p.gate_type, gi);
+      x.beta = load_gate(p.beta, p.gate_type, gi);
+    } else {
+      // §3 in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (x2: negative
+      // eigenvalues). softplus(x) = x for x > 20, as the reference does.
+      const float a = load_gate(p.a, p.gate_type, gi) + p.dt_bias[j];
+      const float softplus = a > 20.f ? a : log1pf(expf(a));
+      x.g = -expf(p.A_log[j]) * softplus;
+      const float sig = 1.f / (1.f + expf(-load_gate(p.b, p.gate_type, gi)));
+      x.beta = p.negative_eigenvalues ? 2.f * sig : sig;
+    }
+  }
+
+  // One step of §2 on the registers; writes this token's o columns.
+  __device__ __forceinline__ void step(const Token<In, RPL>& x, float s[RPL][4], float o[4]) const {
+    float sk = 0.f, sq = 0.f, kq = 0.f;
+    float p1[4] = {0.f, 0.f, 0.f, 0.f}, p2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      float k[4], q[4];
+      x.k[m].unpack(k);
+      x.q[m].unpack(q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 4 * m + e;
+        sk = fmaf(k[e], k[e], sk);
+        sq = fmaf(q[e], q[e], sq);
+        kq = fmaf(k[e], q[e], kq);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          p1[c] = fmaf(s[i][c], k[e], p1[c]);
+          p2[c] = fmaf(s[i][c], q[e], p2[c]);
+        }
+      }
+    }
+#pragma unroll
+    for (int offset = COL_LANES; offset < 32; offset <<= 1) {
+      sk += __shfl_xor_sync(0xffffffffu, sk, offset);
+      sq += __shfl_xor_sync(0xffffffffu, sq, offset);
+      kq += __shfl_xor_sync(0xffffffffu, kq, offset);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        p1[c] += __shfl_xor_sync(0xffffffffu, p1[c], offset);
+        p2[c] += __shfl_xor_sync(0xffffffffu, p2[c], offset);
+      }
+    }
+    float ik = 1.f, iq = 1.f;
+    if (p.l2norm) {
+      ik = 1.f / sqrtf(sk + 1e-6f);
+      iq = 1.f / sqrtf(sq + 1e-6f);
+    }
+    const float alpha = expf(x.g);
+    const float qs = p.scale * iq;
+    const float kqs = kq * ik * qs;
+    float v[4], u[4];
+    x.v.unpack(v);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      u[c] = x.beta * (v[c] - alpha * (p1[c] * ik));
+      o[c] = alpha * (p2[c] * qs) + kqs * u[c];
+    }
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      float k[4];
+      x.k[m].unpack(k);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float kn = k[e] * ik;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[4 * m + e][c] = fmaf(kn, u[c], alpha * s[4 * m + e][c]);
+      }
+    }
+  }
+
+  __device__ void store_o(std::int64_t t, const float o[4]) const {
+    if (rg == 0 && v0 < p.V)
+      store_run(static_cast<In*>(p.o) + (t * p.HV + j) * p.V + v0, p.V - v0, p.vector_v, o);
+  }
+
+  __device__ float* intermediate_at(std::int64_t t) const {
+    return p.intermediate + (t * p.HV + j) * std::int64_t(p.K) * p.V;
+  }
+};
+
+template <class In, int COL_LANES, int RPL>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
+  using TileT = Tile<In, COL_LANES, RPL>;
+  const int lane = threadIdx.x & 31;
+  const std::int64_t item = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  // Whole warps leave together: every shuffle below runs with all 32 lanes.
+  if (item >= p.items) return;
+  if (p.status != nullptr && *p.status != 0) return;
+  const int tile = int(item % p.num_tiles);
+  const std::int64_t nj = item / p.num_tiles;
+  const int j = int(nj % p.HV);
+  const int n = int(nj / p.HV);
+
+  std::int64_t bos, eos;
+  if (p.cu_seqlens == nullptr) {
+    bos = n * p.tokens_per_sequence;
+    eos = bos + p.tokens_per_sequence;
+  } else if (p.cu_seqlens_64) {
+    bos = static_cast<const std::int64_t*>(p.cu_seqlens)[n];
+    eos = static_cast<const std::int64_t*>(p.cu_seqlens)[n + 1];
+  } else {
+    bos = static_cast<const std::int32_t*>(p.cu_seqlens)[n];
+    eos = static_cast<const std::int32_t*>(p.cu_seqlens)[n + 1];
+  }
+
+  const TileT tl(p, lane, tile, j);
+  const std::int64_t state_elems = std::int64_t(p.K) * p.V;
+  std::int64_t row = n;
+  if (p.use_cache) {
+    row = p.state_indices[n];
+    if (row == -1) {
+      // Padding (§5): read and write nothing in the cache; output rows are zeros.
+      const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
+      float zero_state[RPL][4];
+#pragma unroll
+      for (int i = 0; i < RPL; ++i) zero_state[i][0] = zero_state[i][1] = zero_state[i][2] = zero_state[i][3] = 0.f;
+      for (std::int64_t t = bos; t < eos; ++t) {
+        tl.store_o(t, zeros);
+        if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), zero_state);
+      }
+      return;
+    }
+    // Out of range: an error (reported by the status pre-pass or the host check); never touch
+    // memory through it.
+    if (row < 0 || row >= p.state_slots) return;
+  }
+
+  float s[RPL][4];
+  if (p.has_h0) {
+    const float* base = (p.use_cache ? p.state_cache : p.h0) + (row * p.HV + j) * state_elems;
+    tl.load_state(base, s);
+  } else {
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+  }
+
+  if (bos < eos) {
+    // The next token's inputs are loaded before the current token's arithmetic so that their
+    // latency overlaps it (the chain through the state is serial in t).
+    Token<In, RPL> cur;
+    tl.load_token(bos, cur);
+    for (std::int64_t t = bos; t < eos; ++t) {
+      Token<In, RPL> next;
+      const bool has_next = t + 1 < eos;
+      if (RPL <= 16 && has_next) tl.load_token(t + 1, next);
+      float o[4];
+      tl.step(cur, s, o);
+      tl.store_o(t, o);
+      if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), s);
+      if (has_next) {
+        if (RPL <= 16) cur = next;
+        else tl.load_token(t + 1, cur);
+      }
+    }
+  }
+
+  if (p.has_hT) {
+    float* base = (p.use_cache ? p.state_cache : p.hT) + (row * p.HV + j) * state_elems;
+    tl.store_state(base, s);
+  }
+}
+
+template <class In, int COL_LANES, int RPL>
+void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
+  const std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  recurrent_kernel<In, COL_LANES, RPL><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
+}
+
+// The instantiated (COL_LANES, RPL) set: COL_LANES 2 reaches K = 256 with RPL 16; 4 reaches
+// K = 256 with RPL 32; 8 reaches K = 128 with RPL 32 (more would spill).
+template <class In>
+bool launch_for_type(int column_lanes, int rows_per_lane, const RecurrentParams& params,
+                     cudaStream_t stream) {
+#define GDN_CASE(CL, RPL)                                   \
+  if (column_lanes == CL && rows_per_lane == RPL) {         \
+    launch_instance<In, CL, RPL>(params, stream);           \
+    return true;                                            \
+  }
+  GDN_CASE(2, 4) GDN_CASE(2, 8) GDN_CASE(2, 16)
+  GDN_CASE(4, 4) GDN_CASE(4, 8) GDN_CASE(4, 16) GDN_CASE(4, 32)
+  GDN_CASE(8, 4) GDN_CASE(8, 8) GDN_CASE(8, 16) GDN_CASE(8, 32)
+#undef GDN_CASE
+  return false;
+}
+
+}  // namespace gdn::cuda::detail

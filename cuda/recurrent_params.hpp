@@ -1,0 +1,58 @@
+#pragma once
+// Internal: what the host side (launch.cpp) hands the kernel (recurrent_kernel.cuh). Plain
+// pointers and sizes only, passed by value as the kernel's one parameter.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gdn::cuda::detail {
+
+enum class ElementType : int { f32 = 0, bf16 = 1, f16 = 2 };
+
+struct RecurrentParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* g;
+  const void* beta;
+  const void* a;
+  const void* b;
+  const float* A_log;
+  const float* dt_bias;
+  const float* h0;          // dense initial states (or null)
+  float* hT;                // dense final states (or null)
+  float* state_cache;       // cache (or null)
+  const std::int32_t* state_indices;
+  const int* status;        // when non-null, blocks do nothing unless *status == 0
+  const void* cu_seqlens;   // null: fixed length tokens_per_sequence (decode)
+  int cu_seqlens_64;
+  std::int64_t tokens_per_sequence;
+  void* o;
+  float* intermediate;
+
+  int N, H, HV, K, V;
+  int group;  // HV / H
+  float scale;
+  std::int64_t state_slots;
+
+  int has_h0, has_hT, use_cache, v_major, l2norm, fused_gates, negative_eigenvalues;
+  int gate_type;  // ElementType of g/beta or a/b
+  int store_intermediate;
+  int vector_k;   // K % 4 == 0: rows along K allow vector accesses
+  int vector_v;   // V % 4 == 0
+
+  int num_tiles;       // ceil(V / (4 * column_lanes))
+  std::int64_t items;  // N * HV * num_tiles warps
+};
+
+constexpr int kWarpsPerBlock = 4;
+
+// Launches the main kernel for (input type, column_lanes, rows_per_lane); defined in the
+// per-dtype .cu files. Returns false when that combination is not instantiated.
+bool launch_recurrent(ElementType input, int column_lanes, int rows_per_lane,
+                      const RecurrentParams& params, cudaStream_t stream);
+// One-block check of state_indices against [0, state_slots) (-1 allowed) writing *status.
+void launch_check_indices(const std::int32_t* indices, int N, std::int64_t slots, int* status,
+                          cudaStream_t stream);
+
+}  // namespace gdn::cuda::detail
