@@ -1,0 +1,442 @@
+#include "cli/campaign.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <Eigen/Core>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <set>
+#include <cerrno>
+#include <cstring>
+
+#include "oracle/case_file.hpp"
+
+#ifndef GDN_GIT_REVISION
+#define GDN_GIT_REVISION "unknown"
+#endif
+
+namespace gdn::cli {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+bool parse_int(const std::string& text, long long* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+nlohmann::json number(double x) {
+  if (std::isfinite(x)) return x;
+  if (std::isnan(x)) return "nan";
+  return x > 0 ? "inf" : "-inf";
+}
+
+void make_directories(const std::string& path) {
+  std::string partial;
+  std::stringstream parts(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') partial = "/";
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    partial += part + "/";
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      throw std::runtime_error("cannot create directory " + partial + ": " + std::strerror(errno));
+  }
+}
+
+std::string hex(std::uint64_t x) {
+  char buffer[17];
+  std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(x));
+  return buffer;
+}
+
+std::string safe_name(std::string s) {
+  for (char& c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) c = '_';
+  return s;
+}
+
+std::string format_seconds(double s) {
+  char buffer[32];
+  if (s >= 3600) std::snprintf(buffer, sizeof buffer, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(buffer, sizeof buffer, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
+  else std::snprintf(buffer, sizeof buffer, "%.0fs", s);
+  return buffer;
+}
+
+}  // namespace
+
+std::uint64_t case_seed(std::uint64_t campaign_seed, std::uint64_t index) {
+  return splitmix64(splitmix64(campaign_seed) ^ (index * 0xd1b54a32d192ed03ull + 1));
+}
+
+bool parse_shard(const std::string& text, Shard* out, std::string* error) {
+  const auto slash = text.find('/');
+  long long i = 0, n = 0;
+  if (slash == std::string::npos || !parse_int(text.substr(0, slash), &i) || !parse_int(text.substr(slash + 1), &n)) {
+    *error = "--shard must be i/n (e.g. 0/4), got '" + text + "'";
+    return false;
+  }
+  if (n < 1 || n > 1000000 || i < 0 || i >= n) {
+    *error = "--shard i/n needs n >= 1 and 0 <= i < n, got '" + text + "'";
+    return false;
+  }
+  out->index = static_cast<int>(i);
+  out->count = static_cast<int>(n);
+  return true;
+}
+
+std::optional<Shard> shard_from_environment(std::string* error) {
+  auto env = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return std::nullopt;
+    return std::string(v);
+  };
+  long long id = 0, count = 0, minimum = 0;
+  if (auto task = env("SLURM_ARRAY_TASK_ID")) {
+    const auto total = env("SLURM_ARRAY_TASK_COUNT");
+    if (!parse_int(*task, &id) || !total || !parse_int(*total, &count)) {
+      *error = "SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT are not integers";
+      return std::nullopt;
+    }
+    if (auto low = env("SLURM_ARRAY_TASK_MIN")) {
+      if (!parse_int(*low, &minimum)) {
+        *error = "SLURM_ARRAY_TASK_MIN is not an integer";
+        return std::nullopt;
+      }
+    }
+    // Arrays with a step (--array=0-30:10) have gaps: shards would not cover the campaign.
+    if (auto step = env("SLURM_ARRAY_TASK_STEP"); step && *step != "1") {
+      *error = "SLURM_ARRAY_TASK_STEP = " + *step + ": use a contiguous array (--array=0-N) for shards";
+      return std::nullopt;
+    }
+    id -= minimum;
+  } else if (auto index = env("JOB_COMPLETION_INDEX")) {
+    const auto total = env("GDN_SHARD_COUNT");
+    if (!parse_int(*index, &id) || !total || !parse_int(*total, &count)) {
+      *error = "JOB_COMPLETION_INDEX is set: also set GDN_SHARD_COUNT to the Job's completions (integers)";
+      return std::nullopt;
+    }
+  } else {
+    return std::nullopt;
+  }
+  if (count < 1 || id < 0 || id >= count) {
+    *error = "shard from the environment is " + std::to_string(id) + " of " + std::to_string(count) +
+             ": needs 0 <= index < count";
+    return std::nullopt;
+  }
+  return Shard{static_cast<int>(id), static_cast<int>(count)};
+}
+
+nlohmann::json build_versions() {
+  nlohmann::json v;
+  v["gdn-testbed"] = GDN_GIT_REVISION;
+  v["compiler"] = __VERSION__;
+  v["eigen"] = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+               std::to_string(EIGEN_MINOR_VERSION);
+  v["nlohmann_json"] = std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." + std::to_string(NLOHMANN_JSON_VERSION_MINOR) +
+                       "." + std::to_string(NLOHMANN_JSON_VERSION_PATCH);
+  return v;
+}
+
+nlohmann::json FuzzResult::to_json(const FuzzOptions& options) const {
+  nlohmann::json j;
+  j["format"] = "gdn-fuzz-results/1";
+  j["seed"] = std::to_string(options.seed);
+  j["shard"] = {{"index", options.shard.index}, {"count", options.shard.count}};
+  j["device"] = options.device;
+  j["command"] = options.command;
+  j["versions"] = build_versions();
+  j["implementations"] = nlohmann::json::array();
+  for (const auto* e : options.implementations) j["implementations"].push_back(e->name);
+  j["budget"] = options.budget ? options.budget->describe() : "per implementation";
+  j["cases"] = cases;
+  j["seconds"] = seconds;
+  j["cases_per_second"] = seconds > 0 ? cases / seconds : 0.0;
+  j["interrupted"] = interrupted;
+  j["stop_reason"] = stop_reason;
+  j["failures_total"] = failures_total;
+  j["tallies"] = nlohmann::json::object();
+  for (const auto& [name, t] : tallies)
+    j["tallies"][name] = {{"pass", t.pass}, {"fail", t.fail}, {"error", t.error}, {"skipped", t.skipped},
+                          {"worst_margin", number(t.worst_margin)}, {"worst_case", t.worst_case}};
+  j["failures"] = nlohmann::json::array();
+  for (const FuzzFailure& f : failures)
+    j["failures"].push_back({{"implementation", f.implementation},
+                             {"case_index", f.case_index},
+                             {"case_seed", std::to_string(f.case_seed)},
+                             {"original_problem", f.original_problem},
+                             {"shrunk_problem", f.shrunk_problem},
+                             {"file", f.file},
+                             {"original_file", f.original_file},
+                             {"replay", f.replay},
+                             {"status", oracle::status_name(f.verdict.status)},
+                             {"summary", f.verdict.summary()},
+                             {"original_summary", f.original_verdict.summary()},
+                             {"shrink_evaluations", f.shrink_evaluations},
+                             {"shrink_seconds", f.shrink_seconds},
+                             {"shrink_steps", f.shrink_steps},
+                             {"found_after_seconds", f.found_after_seconds},
+                             {"verdict", oracle::to_json(f.verdict)}});
+  return j;
+}
+
+namespace {
+
+std::map<std::string, std::string> common_metadata(const FuzzOptions& options, const oracle::RegistryEntry& entry,
+                                                   const Implementation& impl, const oracle::BudgetOptions& budget) {
+  std::map<std::string, std::string> m;
+  m["gdn.implementation"] = entry.name;
+  m["gdn.formulation"] = impl.formulation() == Formulation::chunked ? "chunked" : "sequential";
+  if (impl.formulation() == Formulation::chunked) m["gdn.chunk_size"] = std::to_string(impl.chunk_size());
+  m["gdn.budget"] = budget.describe();
+  m["gdn.versions"] = build_versions().dump();
+  m["gdn.device"] = options.device >= 0 ? "device " + std::to_string(options.device) : "cpu";
+  m["gdn.command"] = options.command;
+  return m;
+}
+
+}  // namespace
+
+FuzzResult run_fuzz(const FuzzOptions& options) {
+  if (!options.generator) throw std::invalid_argument("run_fuzz: no case generator");
+  if (options.implementations.empty()) throw std::invalid_argument("run_fuzz: no implementation selected");
+  if (options.seconds <= 0 && options.cases <= 0)
+    throw std::invalid_argument("fuzz needs a limit: --seconds or --cases");
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
+  auto interrupted = [&] { return options.interrupted && options.interrupted->load(); };
+
+  struct Subject {
+    const oracle::RegistryEntry* entry;
+    std::unique_ptr<Implementation> impl;
+    oracle::BudgetOptions budget;
+  };
+  std::vector<Subject> subjects;
+  for (const oracle::RegistryEntry* e : options.implementations)
+    subjects.push_back({e, e->make(), options.budget ? *options.budget : e->default_budget});
+
+  FuzzResult result;
+  std::int64_t saved = 0;
+  double next_progress = options.progress_interval;
+  const bool tty = options.progress && isatty(STDERR_FILENO);
+  auto progress_line = [&](bool final) {
+    if (!options.progress) return;
+    const double t = elapsed();
+    std::ostringstream line;
+    line << "[fuzz shard " << options.shard.index << "/" << options.shard.count << "] " << result.cases << " cases";
+    if (options.cases > 0) {
+      const std::int64_t mine = (options.cases - options.shard.index + options.shard.count - 1) / options.shard.count;
+      line << " of " << mine;
+    }
+    line << ", " << result.failures_total << " failures, " << std::fixed << std::setprecision(1)
+         << (t > 0 ? result.cases / t : 0.0) << " cases/s, " << format_seconds(t) << " elapsed";
+    if (options.seconds > 0) line << ", " << format_seconds(std::max(0.0, options.seconds - t)) << " left";
+    else if (options.cases > 0 && result.cases > 0) {
+      const std::int64_t mine = (options.cases - options.shard.index + options.shard.count - 1) / options.shard.count;
+      line << ", ~" << format_seconds(t / result.cases * double(mine - result.cases)) << " left";
+    }
+    if (tty) *options.progress << "\r" << line.str() << (final ? "\n" : "   ") << std::flush;
+    else *options.progress << line.str() << "\n" << std::flush;
+  };
+
+  for (std::int64_t local = 0;; ++local) {
+    const std::uint64_t index = std::uint64_t(options.shard.index) + std::uint64_t(options.shard.count) * std::uint64_t(local);
+    if (options.cases > 0 && index >= std::uint64_t(options.cases)) {
+      result.stop_reason = "cases done";
+      break;
+    }
+    if (options.seconds > 0 && elapsed() >= options.seconds) {
+      result.stop_reason = "time limit";
+      break;
+    }
+    if (interrupted()) {
+      result.interrupted = true;
+      result.stop_reason = "interrupted";
+      break;
+    }
+    const std::uint64_t seed = case_seed(options.seed, index);
+    GeneratedCase generated = options.generator(seed);
+    const std::string name = "fuzz/" + std::to_string(index);
+    oracle::CaseContext context(name, generated.problem, generated.inputs);
+    ++result.cases;
+    bool stop = false;
+    for (Subject& s : subjects) {
+      Outputs<double> actual;
+      const oracle::Verdict v = oracle::evaluate(*s.impl, context, s.budget, &actual);
+      ImplementationTally& tally = result.tallies[s.entry->name];
+      switch (v.status) {
+        case oracle::Status::pass: ++tally.pass; break;
+        case oracle::Status::fail: ++tally.fail; break;
+        case oracle::Status::error: ++tally.error; break;
+        case oracle::Status::skipped: ++tally.skipped; break;
+      }
+      if (v.status == oracle::Status::pass || v.status == oracle::Status::fail) {
+        const double m = v.worst_margin();
+        if (m > tally.worst_margin || std::isnan(m)) {
+          tally.worst_margin = m;
+          tally.worst_case = name + " seed " + std::to_string(seed);
+        }
+      }
+      if (!v.failed()) continue;
+      ++result.failures_total;
+      FuzzFailure f;
+      f.implementation = s.entry->name;
+      f.case_index = static_cast<std::int64_t>(index);
+      f.case_seed = seed;
+      f.original_problem = generated.problem.describe();
+      f.original_verdict = v;
+      f.verdict = v;
+      f.found_after_seconds = elapsed();
+      if (saved >= options.max_saved_failures) {
+        f.saved = false;
+        result.failures.push_back(std::move(f));
+        continue;
+      }
+      make_directories(options.out_dir);
+      const std::string stem = options.out_dir + "/" + safe_name(s.entry->name) + "-" + hex(seed);
+      auto metadata = common_metadata(options, *s.entry, *s.impl, s.budget);
+      // The case as generated, with the outputs that failed.
+      {
+        oracle::CaseFile file;
+        file.problem = generated.problem;
+        file.inputs = generated.inputs;
+        if (v.status == oracle::Status::fail) file.outputs = actual;
+        file.metadata = metadata;
+        file.metadata["gdn.case_name"] = name;
+        file.metadata["gdn.generator"] = generated.generator.dump();
+        file.metadata["gdn.verdict"] = oracle::to_json(v).dump();
+        f.original_file = stem + ".original.safetensors";
+        file.metadata["gdn.replay"] = options.binary + " replay " + f.original_file;
+        oracle::write_case_file(f.original_file, file);
+      }
+      ConcreteCase smallest{generated.problem, generated.inputs};
+      if (options.shrink) {
+        const oracle::Status wanted = v.status;
+        ShrinkOptions so = options.shrink_options;
+        so.interrupted = interrupted;
+        const ShrinkResult shrunk = shrink(
+            smallest,
+            [&](const ConcreteCase& c) {
+              oracle::CaseContext candidate(name, c.problem, c.inputs);
+              return oracle::evaluate(*s.impl, candidate, s.budget).status == wanted;
+            },
+            so);
+        smallest = shrunk.smallest;
+        f.shrink_evaluations = shrunk.evaluations;
+        f.shrink_seconds = shrunk.seconds;
+        f.shrink_steps = shrunk.steps;
+      }
+      oracle::CaseContext shrunk_context(name + " (shrunk)", smallest.problem, smallest.inputs);
+      Outputs<double> shrunk_outputs;
+      f.verdict = oracle::evaluate(*s.impl, shrunk_context, s.budget, &shrunk_outputs);
+      f.shrunk_problem = smallest.problem.describe();
+      {
+        oracle::CaseFile file;
+        file.problem = smallest.problem;
+        file.inputs = smallest.inputs;
+        if (f.verdict.status == oracle::Status::fail) file.outputs = shrunk_outputs;
+        file.metadata = metadata;
+        file.metadata["gdn.case_name"] = name + " (shrunk)";
+        file.metadata["gdn.shrunk_from"] = f.original_file;
+        nlohmann::json steps = f.shrink_steps;
+        file.metadata["gdn.shrink_steps"] = steps.dump();
+        file.metadata["gdn.verdict"] = oracle::to_json(f.verdict).dump();
+        f.file = stem + ".safetensors";
+        f.replay = options.binary + " replay " + f.file;
+        file.metadata["gdn.replay"] = f.replay;
+        oracle::write_case_file(f.file, file);
+      }
+      ++saved;
+      if (options.progress) {
+        if (tty) *options.progress << "\n";
+        *options.progress << "FAILURE " << f.verdict.summary() << "\n  shrunk from " << f.original_problem << "\n  to "
+                          << f.shrunk_problem << " in " << f.shrink_evaluations << " evaluations\n  replay: " << f.replay
+                          << "\n"
+                          << std::flush;
+      }
+      result.failures.push_back(std::move(f));
+      if (options.stop_at_first_failure) stop = true;
+    }
+    if (stop) {
+      result.stop_reason = "first failure";
+      break;
+    }
+    if (elapsed() >= next_progress) {
+      progress_line(false);
+      next_progress = elapsed() + options.progress_interval;
+    }
+  }
+  result.seconds = elapsed();
+  progress_line(true);
+  return result;
+}
+
+nlohmann::json merge_results(const std::vector<nlohmann::json>& shards) {
+  if (shards.empty()) throw std::invalid_argument("merge: no shard results given");
+  nlohmann::json out;
+  out["format"] = "gdn-fuzz-merged/1";
+  out["seed"] = shards[0].value("seed", "");
+  out["shard_count"] = shards[0]["shard"].value("count", 1);
+  out["shards"] = nlohmann::json::array();
+  out["failures"] = nlohmann::json::array();
+  out["tallies"] = nlohmann::json::object();
+  std::int64_t cases = 0, failures_total = 0;
+  double seconds = 0, max_seconds = 0;
+  std::set<int> seen;
+  for (const nlohmann::json& s : shards) {
+    if (s.value("format", "") != "gdn-fuzz-results/1") throw std::invalid_argument("merge: not a gdn-fuzz-results/1 file");
+    if (s.value("seed", "") != out["seed"])
+      throw std::invalid_argument("merge: shards of different campaigns (seed " + s.value("seed", std::string()) + " vs " +
+                                  out["seed"].get<std::string>() + ")");
+    if (s["shard"].value("count", 1) != out["shard_count"].get<int>())
+      throw std::invalid_argument("merge: shards with different shard counts");
+    const int index = s["shard"].value("index", 0);
+    if (!seen.insert(index).second) throw std::invalid_argument("merge: shard " + std::to_string(index) + " given twice");
+    cases += s.value("cases", std::int64_t(0));
+    failures_total += s.value("failures_total", std::int64_t(0));
+    seconds += s.value("seconds", 0.0);
+    max_seconds = std::max(max_seconds, s.value("seconds", 0.0));
+    out["shards"].push_back({{"index", index}, {"cases", s["cases"]}, {"seconds", s["seconds"]},
+                             {"interrupted", s["interrupted"]}, {"device", s["device"]}});
+    for (const nlohmann::json& f : s["failures"]) out["failures"].push_back(f);
+    for (auto it = s["tallies"].begin(); it != s["tallies"].end(); ++it) {
+      nlohmann::json& t = out["tallies"][it.key()];
+      for (const char* key : {"pass", "fail", "error", "skipped"})
+        t[key] = t.value(key, std::int64_t(0)) + it.value().value(key, std::int64_t(0));
+      const auto margin = [](const nlohmann::json& m) { return m.is_number() ? m.get<double>() : INFINITY; };
+      if (!t.contains("worst_margin") || margin(it.value()["worst_margin"]) > margin(t["worst_margin"])) {
+        t["worst_margin"] = it.value()["worst_margin"];
+        t["worst_case"] = it.value()["worst_case"];
+      }
+    }
+  }
+  out["missing_shards"] = nlohmann::json::array();
+  for (int i = 0; i < out["shard_count"].get<int>(); ++i)
+    if (!seen.count(i)) out["missing_shards"].push_back(i);
+  out["cases"] = cases;
+  out["failures_total"] = failures_total;
+  out["cpu_seconds"] = seconds;
+  out["wall_seconds"] = max_seconds;
+  return out;
+}
+
+}  // namespace gdn::cli
