@@ -1,0 +1,1 @@
+"""Report generators: reading results (inputs), accuracy and speed reports."""

@@ -1,0 +1,445 @@
+"""Reading committed results: verdict JSON, adapter logs, Google Benchmark JSON, peer JSON.
+
+Every file under the results folder is classified by its content (schemas: reports/README.md);
+files of no known kind are listed as ignored, never silently dropped.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SHAPE_KEYS = ("N", "T", "H", "HV", "K", "V")
+STATUSES = ("PASS", "FAIL", "ERROR", "SKIPPED")
+
+
+class InputError(ValueError):
+    """A results file that claims a known kind but breaks its schema (names file and rule)."""
+
+
+def number(value):
+    """JSON numbers, and the strings "inf"/"-inf"/"nan" the oracle writes for non-finite ones."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("inf", "+inf", "infinity"):
+            return math.inf
+        if text in ("-inf", "-infinity"):
+            return -math.inf
+        if text == "nan":
+            return math.nan
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass
+class Provenance:
+    """Where a results file came from: what the reports state for every input."""
+    path: str
+    kind: str
+    device: str | None = None
+    date: str | None = None
+    commit: str | None = None
+    command: str | None = None
+    records: int = 0
+
+
+@dataclass
+class Verdict:
+    case: str
+    implementation: str
+    status: str
+    problem_text: str = ""
+    problem: dict = field(default_factory=dict)  # the gdn.problem object, when known
+    generator: dict | None = None
+    worst_margin: float | None = None
+    rel_rms: dict = field(default_factory=dict)        # tensor -> relative RMS error
+    max_abs_error: dict = field(default_factory=dict)  # tensor -> max |ref - x|
+    baseline_rel_rms: dict = field(default_factory=dict)
+    checks: list = field(default_factory=list)        # dicts: tensor, metric, error, budget, margin, pass
+    budget: str = ""
+    message: str = ""
+    source: str = ""
+    file: str = ""
+    output: str = ""
+    device: str = ""
+
+
+@dataclass
+class Benchmark:
+    name: str
+    source: str
+    time_ms: float
+    shape: dict
+    counters: dict
+    aggregate: str  # "median", "mean", "" (single run)
+
+
+@dataclass
+class PeerResult:
+    peer: str
+    version: str
+    name: str
+    source: str
+    time_ms: float
+    shape: dict
+    counters: dict
+
+
+@dataclass
+class Results:
+    provenance: list = field(default_factory=list)
+    verdicts: list = field(default_factory=list)
+    benchmarks: list = field(default_factory=list)
+    context: dict = field(default_factory=dict)  # source -> Google Benchmark context
+    peers: list = field(default_factory=list)
+    tallies: list = field(default_factory=list)  # conformance tallies: dicts, one per kernel and property
+    ignored: list = field(default_factory=list)  # (path, why)
+
+
+# --- problem text (gdn::Problem::describe) -----------------------------------------------------
+
+_DESCRIBE = re.compile(r"(\w+)=([^\s]+)")
+
+
+def parse_problem_text(text: str) -> dict:
+    """The fields of gdn::Problem::describe() ("N=2 T=12 H=2 HV=4 K=16 V=8 dtype=bf16 gate=f32
+    l2norm h0 hT"), as a partial gdn.problem object: what a verdict without problem JSON gives."""
+    out: dict = {}
+    for key, value in _DESCRIBE.findall(text or ""):
+        if key in SHAPE_KEYS or key == "slots":
+            try:
+                out["state_slots" if key == "slots" else key] = int(value)
+            except ValueError:
+                pass
+        elif key == "dtype":
+            out["input_dtype"] = value
+        elif key == "gate":
+            out["gate_dtype"] = value
+        elif key == "scale":
+            out["scale"] = number(value)
+    words = set((text or "").split())
+    if words:
+        out["gate_mode"] = "fused" if "fused" in words else "direct"
+        out["allow_negative_eigenvalues"] = "negeig" in words
+        out["use_qk_l2norm"] = "l2norm" in words
+        out["has_h0"] = "h0" in words
+        out["has_hT"] = "hT" in words
+        out["state_layout"] = "v_major" if "v_major" in words else "k_major"
+    return out
+
+
+def problem_of(verdict_json: dict) -> tuple[str, dict]:
+    """(describe text, problem object) from a verdict: `problem` may be the text or the object;
+    `problem_json` (or `gdn.problem`) may hold the object beside the text."""
+    raw = verdict_json.get("problem")
+    text = raw if isinstance(raw, str) else ""
+    obj = None
+    for key in ("problem_json", "gdn.problem"):
+        candidate = verdict_json.get(key)
+        if isinstance(candidate, str):
+            try:
+                candidate = json.loads(candidate)
+            except json.JSONDecodeError:
+                candidate = None
+        if isinstance(candidate, dict):
+            obj = candidate
+            break
+    if obj is None and isinstance(raw, dict):
+        obj = raw
+    if obj is None:
+        obj = parse_problem_text(text)
+    elif "N" not in obj and isinstance(obj.get("cu_seqlens"), list):
+        obj = dict(obj, N=len(obj["cu_seqlens"]) - 1)
+    return text, obj
+
+
+def _generator_of(record: dict):
+    generator = record.get("generator", record.get("gdn.generator"))
+    if isinstance(generator, str):
+        try:
+            generator = json.loads(generator)
+        except json.JSONDecodeError:
+            return None
+    return generator if isinstance(generator, dict) else None
+
+
+def _verdict_from_json(record: dict, source: str) -> Verdict:
+    for required in ("implementation", "status"):
+        if required not in record:
+            raise InputError(f"{source}: a verdict has no '{required}' (reports/README.md, verdict JSON)")
+    status = str(record["status"]).upper()
+    if status == "RAN":
+        raise InputError(f"{source}: internal: adapter RAN records are not verdicts")
+    if status not in STATUSES:
+        raise InputError(f"{source}: verdict status must be one of {', '.join(STATUSES)}, got '{record['status']}'")
+    text, problem = problem_of(record)
+    v = Verdict(case=str(record.get("case", record.get("file", "?"))), implementation=str(record["implementation"]),
+                status=status, problem_text=text, problem=problem, generator=_generator_of(record),
+                worst_margin=number(record.get("worst_margin")), budget=str(record.get("budget", "")),
+                message=str(record.get("message", "")), source=source, file=str(record.get("file", "")),
+                output=str(record.get("output", "") or ""), device=str(record.get("device", "") or ""))
+    for metric in record.get("metrics", []) or []:
+        tensor = metric.get("tensor")
+        v.rel_rms[tensor] = number(metric.get("rel_rms"))
+        v.max_abs_error[tensor] = number(metric.get("max_abs_error"))
+    for metric in record.get("baseline_metrics", []) or []:
+        v.baseline_rel_rms[metric.get("tensor")] = number(metric.get("rel_rms"))
+    for check in record.get("checks", []) or []:
+        v.checks.append({"tensor": check.get("tensor"), "metric": check.get("metric"),
+                         "error": number(check.get("error")), "budget": number(check.get("budget")),
+                         "margin": number(check.get("margin")), "pass": bool(check.get("pass"))})
+    if v.worst_margin is None and v.checks:
+        margins = [c["margin"] for c in v.checks if c["margin"] is not None]
+        v.worst_margin = max(margins) if margins else None
+    return v
+
+
+def _provenance_fields(obj: dict) -> dict:
+    """device/date/commit/command of a results file; the commit may also come from
+    `versions["gdn-testbed"]`, where gdn-testbed's own JSON records its build."""
+    fields = {key: (str(obj[key]) if obj.get(key) is not None else None)
+              for key in ("device", "date", "commit", "command")}
+    versions = obj.get("versions")
+    if fields["commit"] is None and isinstance(versions, dict) and versions.get("gdn-testbed"):
+        fields["commit"] = str(versions["gdn-testbed"])
+    return fields
+
+
+# --- Google Benchmark ------------------------------------------------------------------------
+
+_STANDARD_BENCH_KEYS = {"name", "family_index", "per_family_instance_index", "run_name", "run_type",
+                        "repetitions", "repetition_index", "threads", "iterations", "real_time", "cpu_time",
+                        "time_unit", "aggregate_name", "aggregate_unit", "error_occurred", "error_message",
+                        "label"}
+_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+_NAME_ARG = re.compile(r"(?:^|/)([A-Za-z_][A-Za-z0-9_]*):(-?\d+)(?=/|$)")
+# Counters and peer fields that describe the problem rather than measure it.
+SHAPE_COUNTERS = SHAPE_KEYS + ("batch", "sequences", "length", "B", "Ts")
+
+
+def shape_from(counters: dict, name: str = "") -> dict:
+    """The problem a benchmark ran: every `key:value` argument of its name (Google Benchmark's
+    ArgNames, e.g. "BM_decode/batch:256/column_lanes:0") and the shape counters N, T, H, HV,
+    K, V, batch, sequences, length when the benchmark sets them."""
+    shape = {key: int(value) for key, value in _NAME_ARG.findall(name)}
+    for key in SHAPE_COUNTERS:
+        if counters.get(key) is not None and key not in shape:
+            shape[key] = int(round(counters[key]))
+    return shape
+
+
+def _load_gbench(obj: dict, source: str, results: Results) -> int:
+    context = obj.get("context") or {}
+    results.context[source] = context
+    entries = obj.get("benchmarks")
+    if not isinstance(entries, list):
+        raise InputError(f"{source}: Google Benchmark JSON needs a 'benchmarks' list")
+    # With repetitions, report the median aggregate; without, the single iteration run.
+    has_median = {e.get("run_name") for e in entries if e.get("aggregate_name") == "median"}
+    count = 0
+    for entry in entries:
+        if entry.get("error_occurred"):
+            continue
+        run_name = entry.get("run_name", entry.get("name"))
+        aggregate = entry.get("aggregate_name", "")
+        if entry.get("run_type") == "aggregate":
+            if aggregate != "median":
+                continue
+        elif run_name in has_median:
+            continue
+        for required in ("name", "real_time", "time_unit"):
+            if required not in entry:
+                raise InputError(f"{source}: benchmark entry lacks '{required}'")
+        unit = _UNIT_MS.get(entry["time_unit"])
+        if unit is None:
+            raise InputError(f"{source}: time_unit must be ns/us/ms/s, got '{entry['time_unit']}'")
+        counters = {key: number(value) for key, value in entry.items()
+                    if key not in _STANDARD_BENCH_KEYS and number(value) is not None}
+        results.benchmarks.append(Benchmark(name=str(run_name), source=source,
+                                            time_ms=float(entry["real_time"]) * unit,
+                                            shape=shape_from(counters, str(run_name)), counters=counters,
+                                            aggregate=aggregate))
+        count += 1
+    return count
+
+
+def gbench_provenance(context: dict) -> dict:
+    """device/date/commit/command from the context: the custom context keys device, commit,
+    command (--benchmark_context=device=...,commit=...,command=... or AddCustomContext; also
+    accepted with a "gdn." prefix), date as Google Benchmark writes it, the executable when no
+    command was recorded."""
+    def get(key):
+        for candidate in (key, "gdn." + key):
+            if context.get(candidate):
+                return str(context[candidate])
+        return None
+    return {"device": get("device"), "date": get("date"), "commit": get("commit"),
+            "command": get("command") or (str(context["executable"]) if context.get("executable") else None)}
+
+
+# --- peers -----------------------------------------------------------------------------------
+
+_PEER_TOP_KEYS = ("name", "shape", "median_ms", "ms", "kind")
+
+
+def _load_peer(obj: dict, source: str, results: Results) -> int:
+    """Peer JSON (reports/README.md): `peer` is {"name", "version"} or a plain string; each
+    result names its problem in `shape` (an object) or in top-level shape fields, and its
+    time in `median_ms` (or `ms`)."""
+    peer = obj.get("peer")
+    if isinstance(peer, str):
+        peer = {"name": peer, "version": str(obj.get("fla_version", obj.get("version", "")))}
+    if not isinstance(peer, dict) or "name" not in peer:
+        raise InputError(f"{source}: peer JSON needs 'peer': {{'name', 'version'}} or a name string")
+    entries = obj.get("results")
+    if not isinstance(entries, list):
+        raise InputError(f"{source}: peer JSON needs a 'results' list")
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InputError(f"{source}: results[{index}] must be an object")
+        time_ms = number(entry.get("median_ms", entry.get("ms")))
+        if time_ms is None:
+            raise InputError(f"{source}: results[{index}] lacks 'median_ms' (the peer's median time in ms)")
+        raw_shape = entry.get("shape")
+        if raw_shape is None:
+            raw_shape = {key: entry[key] for key in SHAPE_COUNTERS + ("lengths",) if key in entry}
+        if not isinstance(raw_shape, dict):
+            raise InputError(f"{source}: results[{index}]: 'shape' must be an object")
+        shape = {key: int(value) for key, value in raw_shape.items()
+                 if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        if isinstance(raw_shape.get("lengths"), list):
+            shape.setdefault("N", len(raw_shape["lengths"]))
+            shape.setdefault("T", int(sum(raw_shape["lengths"])))
+        counters = {key: number(value) for key, value in entry.items()
+                    if key not in _PEER_TOP_KEYS and key not in shape and number(value) is not None}
+        if entry.get("kind"):
+            counters["kind"] = str(entry["kind"])
+        results.peers.append(PeerResult(peer=str(peer["name"]), version=str(peer.get("version", "")),
+                                        name=str(entry.get("name", peer["name"])), source=source,
+                                        time_ms=float(time_ms), shape=shape, counters=counters))
+    return len(entries)
+
+
+# --- conformance tallies ---------------------------------------------------------------------
+
+def _load_tally(obj: dict, source: str, results: Results) -> int:
+    """The GPU conformance suite's tally (cuda/gpu_test_main.cpp): per kernel, per property,
+    cases run / failed / skipped and the worst margin."""
+    count = 0
+    for kernel, entry in obj["kernels"].items():
+        if not isinstance(entry, dict):
+            raise InputError(f"{source}: kernels['{kernel}'] must be an object")
+        properties = entry.get("properties") or {"(all)": entry}
+        for prop, c in properties.items():
+            for required in ("run", "failed", "skipped"):
+                if required not in c:
+                    raise InputError(f"{source}: kernels['{kernel}'] property '{prop}' lacks '{required}'")
+            results.tallies.append({"source": source, "kernel": kernel, "property": prop, "run": int(c["run"]),
+                                    "failed": int(c["failed"]), "skipped": int(c["skipped"]),
+                                    "worst_margin": number(c.get("worst_margin"))})
+            count += 1
+    return count
+
+
+# --- classification --------------------------------------------------------------------------
+
+def _json_lines(path: Path) -> list:
+    records = []
+    for number_, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise InputError(f"{path}:{number_}: not JSON: {error}")
+    return records
+
+
+def _is_verdict(record) -> bool:
+    return isinstance(record, dict) and "status" in record and "implementation" in record
+
+
+def load_results(root: Path) -> Results:
+    results = Results()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl"))
+    adapter_records = []  # (record, source)
+    for path in files:
+        source = str(path.relative_to(root))
+        try:
+            data = _json_lines(path) if path.suffix == ".jsonl" else json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            results.ignored.append((source, f"not JSON: {error}"))
+            continue
+        if isinstance(data, dict) and "context" in data and "benchmarks" in data:
+            count = _load_gbench(data, source, results)
+            results.provenance.append(Provenance(source, "google-benchmark", records=count,
+                                                 **gbench_provenance(data["context"] or {})))
+        elif isinstance(data, dict) and "peer" in data and "results" in data:
+            count = _load_peer(data, source, results)
+            results.provenance.append(Provenance(source, "peer " + (data["peer"] if isinstance(data["peer"], str) else str(data["peer"].get("name", "?"))), records=count,
+                                                 **_provenance_fields(data)))
+        elif isinstance(data, dict) and isinstance(data.get("kernels"), dict):
+            count = _load_tally(data, source, results)
+            results.provenance.append(Provenance(source, "conformance tally", records=count,
+                                                 **_provenance_fields(data)))
+        elif isinstance(data, dict) and isinstance(data.get("verdicts"), list) or \
+                isinstance(data, list) and data and all(_is_verdict(r) for r in data):
+            records = data["verdicts"] if isinstance(data, dict) else data
+            adapter = [r for r in records if r.get("status") == "RAN" or "file" in r and "formulation" in r]
+            fields = _provenance_fields(data) if isinstance(data, dict) else \
+                {"device": None, "date": None, "commit": None, "command": None}
+            if adapter and len(adapter) == len(records):
+                adapter_records.extend((r, source) for r in records)
+                devices = sorted({str(r.get("device")) for r in records if r.get("device")})
+                fields["device"] = fields["device"] or (", ".join(devices) if devices else None)
+                results.provenance.append(Provenance(source, "adapter log", records=len(records), **fields))
+            else:
+                if fields["device"] is None:
+                    devices = sorted({str(r.get("device")) for r in records if r.get("device")})
+                    fields["device"] = ", ".join(devices) if devices else None
+                results.verdicts.extend(_verdict_from_json(r, source) for r in records)
+                results.provenance.append(Provenance(source, "verdicts", records=len(records), **fields))
+        else:
+            results.ignored.append((source, "neither verdicts, an adapter log, Google Benchmark nor peer JSON"))
+
+    # Adapter logs: SKIPPED/ERROR records are verdicts of their own (the case never reached
+    # verify); RAN records lend their problem and generator to verify's verdicts of that case.
+    index = {}
+    for record, source in adapter_records:
+        if record.get("status") in ("SKIPPED", "ERROR"):
+            results.verdicts.append(_verdict_from_json(record, source))
+        else:
+            for key in (record.get("output"), record.get("case"), record.get("file")):
+                if key:
+                    index[(str(record.get("implementation")), str(key))] = record
+                    index[(str(record.get("implementation")), Path(str(key)).name)] = record
+    for v in results.verdicts:
+        if v.generator is not None and "cu_seqlens" in v.problem:
+            continue
+        for key in (v.output, v.file, v.message, v.case, Path(v.case).name):
+            record = index.get((v.implementation, key)) if key else None
+            if record:
+                if "cu_seqlens" not in v.problem and isinstance(record.get("problem_json"), dict):
+                    v.problem = dict(record["problem_json"], N=len(record["problem_json"]["cu_seqlens"]) - 1)
+                if v.generator is None:
+                    v.generator = _generator_of(record)
+                if not v.device and record.get("device"):
+                    v.device = str(record["device"])
+                break
+    # A verdict file that does not say where it ran takes the device of the adapter runs that
+    # wrote its outputs (gdn-testbed verify itself runs on the host CPU).
+    for p in results.provenance:
+        if p.kind == "verdicts" and p.device is None:
+            devices = sorted({v.device for v in results.verdicts if v.source == p.path and v.device})
+            p.device = ", ".join(devices) if devices else None
+    return results
