@@ -420,6 +420,7 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards) {
     for (const nlohmann::json& f : s["failures"]) out["failures"].push_back(f);
     for (auto it = s["tallies"].begin(); it != s["tallies"].end(); ++it) {
       nlohmann::json& t = out["tallies"][it.key()];
+      if (t.is_null()) t = nlohmann::json::object();
       for (const char* key : {"pass", "fail", "error", "skipped"})
         t[key] = t.value(key, std::int64_t(0)) + it.value().value(key, std::int64_t(0));
       const auto margin = [](const nlohmann::json& m) { return m.is_number() ? m.get<double>() : INFINITY; };

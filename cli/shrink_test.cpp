@@ -1,0 +1,123 @@
+#include <catch2/catch.hpp>
+
+#include "cli/shrink.hpp"
+#include "fuzz/inputs.hpp"
+#include "reference/sequential.hpp"
+
+using namespace gdn;
+using namespace gdn::cli;
+
+namespace {
+
+ConcreteCase make(Problem p, std::uint64_t seed) {
+  return {p, fuzz::make_inputs(p, {}, seed)};
+}
+
+}  // namespace
+
+TEST_CASE("apply(select_all) is the identity", "[cli][shrink]") {
+  Problem p = Problem::packed({3, 0, 5}, 2, 4, 5, 3);
+  p.has_h0 = p.has_hT = true;
+  p.state_layout = StateLayout::v_major;
+  const ConcreteCase c = make(p, 1);
+  const ConcreteCase same = apply(c, select_all(p));
+  CHECK(same.problem.cu_seqlens == p.cu_seqlens);
+  CHECK(same.inputs.q == c.inputs.q);
+  CHECK(same.inputs.v == c.inputs.v);
+  CHECK(same.inputs.g == c.inputs.g);
+  CHECK(same.inputs.h0 == c.inputs.h0);
+}
+
+TEST_CASE("selected sequences and heads compute what they computed inside the whole case", "[cli][shrink]") {
+  // Varlen independence and GVA head mapping make this exact: the slice's outputs are the
+  // corresponding rows of the whole case's outputs, bit for bit (same arithmetic per head).
+  Problem p = Problem::packed({4, 6, 3}, 2, 6, 4, 3);  // group 3
+  p.has_h0 = p.has_hT = true;
+  const ConcreteCase c = make(p, 2);
+  const Outputs<double> whole = reference::sequential<double>(c.problem, c.inputs);
+  Selection s = select_all(p);
+  s.sequences = {{2, 3}, {1, 4}};  // sequence 2 whole, then the first 4 tokens of sequence 1
+  s.H = 1;
+  s.group = 2;  // value heads 0 and 1 of query head 0
+  const ConcreteCase part = apply(c, s);
+  REQUIRE(part.problem.T == 7);
+  REQUIRE(part.problem.HV == 2);
+  const Outputs<double> sliced = reference::sequential<double>(part.problem, part.inputs);
+  const int V = p.V;
+  for (int t = 0; t < 7; ++t) {
+    const int original_token = t < 3 ? 10 + t : 4 + (t - 3);
+    for (int j = 0; j < 2; ++j)
+      for (int v = 0; v < V; ++v)
+        CHECK(sliced.o[(t * 2 + j) * V + v] == whole.o[(original_token * p.HV + j) * V + v]);
+  }
+  // hT of new sequence 0 is hT of original sequence 2 (it kept all its tokens).
+  const std::int64_t block = std::int64_t(p.K) * p.V;
+  for (int j = 0; j < 2; ++j)
+    for (std::int64_t e = 0; e < block; ++e)
+      CHECK(sliced.hT[j * block + e] == whole.hT[(2 * p.HV + j) * block + e]);
+}
+
+TEST_CASE("state cache slices keep every slot and the chosen indices", "[cli][shrink]") {
+  Problem p = Problem::packed({2, 1, 3}, 1, 2, 3, 3);
+  p.state_slots = 5;
+  p.has_h0 = p.has_hT = true;
+  ConcreteCase c = make(p, 3);
+  c.inputs.state_indices = {4, -1, 0};
+  Selection s = select_all(p);
+  s.sequences = {{2, 3}};
+  const ConcreteCase part = apply(c, s);
+  CHECK(part.problem.state_slots == 5);
+  CHECK(part.inputs.state_indices == std::vector<std::int32_t>{0});
+  CHECK(part.inputs.h0.shape() == Shape{5, 2, 3, 3});
+}
+
+TEST_CASE("a bad selection is a ProblemError", "[cli][shrink]") {
+  const ConcreteCase c = make(Problem::packed({2}, 1, 1, 2, 2), 4);
+  Selection s = select_all(c.problem);
+  s.K = 3;
+  CHECK_THROWS_AS(apply(c, s), ProblemError);
+  s = select_all(c.problem);
+  s.sequences = {{0, 5}};
+  CHECK_THROWS_AS(apply(c, s), ProblemError);
+}
+
+TEST_CASE("shrinking reaches the smallest case a known predicate fails on", "[cli][shrink]") {
+  // A synthetic failure: any case with a sequence of >= 10 tokens and K >= 3 "fails".
+  Problem p = Problem::packed({7, 40, 25}, 2, 4, 16, 9);
+  p.has_h0 = p.has_hT = true;
+  p.use_qk_l2norm = true;
+  p.input_dtype = DType::bf16;
+  const ConcreteCase c = make(p, 5);
+  auto fails = [](const ConcreteCase& x) {
+    std::int64_t longest = 0;
+    for (int n = 0; n < x.problem.N(); ++n) longest = std::max(longest, x.problem.seq_len(n));
+    return longest >= 10 && x.problem.K >= 3;
+  };
+  REQUIRE(fails(c));
+  const ShrinkResult r = shrink(c, fails);
+  const Problem& s = r.smallest.problem;
+  INFO(s.describe());
+  CHECK(s.N() == 1);
+  CHECK(s.T == 10);
+  CHECK(s.K == 3);
+  CHECK(s.V == 1);
+  CHECK(s.H == 1);
+  CHECK(s.HV == 1);
+  CHECK_FALSE(s.has_h0);
+  CHECK_FALSE(s.has_hT);
+  CHECK_FALSE(s.use_qk_l2norm);
+  CHECK(s.input_dtype == DType::f32);
+  CHECK_FALSE(r.stopped_early);
+  CHECK(r.accepted == static_cast<int>(r.steps.size()));
+  CHECK(case_size(r.smallest) < case_size(c) / 50);
+}
+
+TEST_CASE("shrinking stops at its evaluation limit with the best case so far", "[cli][shrink]") {
+  const ConcreteCase c = make(Problem::packed({50, 50}, 1, 1, 8, 8), 6);
+  ShrinkOptions options;
+  options.max_evaluations = 3;
+  const ShrinkResult r = shrink(c, [](const ConcreteCase&) { return true; }, options);
+  CHECK(r.evaluations == 3);
+  CHECK(r.stopped_early);
+  CHECK(case_size(r.smallest) < case_size(c));
+}
