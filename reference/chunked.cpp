@@ -25,7 +25,7 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
   Matrix<Scalar> rhs(C, K + V);        // [diag(beta e^gamma) K | diag(beta) V], solved in place -> [W | U]
   Matrix<Scalar> stacked(2 * C, K);    // [W ; diag(e^gamma) Q]: one product with S0 serves both
   Matrix<Scalar> stacked_state(2 * C, V);
-  Matrix<Scalar> vnew(C, V), decayed_keys(C, K);
+  Matrix<Scalar> vnew(C, V), decayed_keys(C, K), chunk_output(C, V);
   Matrix<Scalar> queries(C, K), keys(C, K), values(C, V);
   Vector<Scalar> gamma(C), betas(C);
   std::vector<int> segment_start(static_cast<std::size_t>(C));
@@ -109,10 +109,16 @@ Outputs<Scalar> chunked(const Problem& problem, const Inputs& inputs, int chunk_
         Vn = R.rightCols(V) - WQ_S.topRows(c);  // Vnew = U - W S0
 
         // O = diag(e^gamma) Q S0 + (Mask . QK^T . E) Vnew   (scale is folded into Q)
+        // Computed in a buffer of its own, then copied: a product written straight into the
+        // output would start at whatever alignment the packing gives, and Eigen's vectorisation
+        // (which peels for alignment) would round differently at different positions in the
+        // pack: the reference would not be batch invariant.
+        auto Oc = chunk_output.topRows(c);
+        Oc = WQ_S.bottomRows(c);
+        Oc.noalias() += P * Vn;
         Eigen::Map<Matrix<Scalar>, 0, Eigen::OuterStride<>> O(out.o.data() + (start * HV + j) * V, c, V,
                                                              Eigen::OuterStride<>(HV * V));
-        O = WQ_S.bottomRows(c);
-        O.noalias() += P * Vn;
+        O = Oc;
 
         // S_end = e^gamma_c S0 + K^T diag(e^(gamma_c - gamma)) Vnew
         auto DK = decayed_keys.topRows(c);

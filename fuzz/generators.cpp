@@ -1,0 +1,174 @@
+#include "fuzz/generators.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+
+namespace gdn::fuzz {
+
+double Case::work() const {
+  return double(problem.T) * problem.HV * double(problem.K) * problem.V;
+}
+
+std::int64_t Case::longest_sequence() const {
+  std::int64_t longest = 0;
+  for (int n = 0; n < problem.N(); ++n) longest = std::max(longest, problem.seq_len(n));
+  return longest;
+}
+
+std::string describe(const InputOptions& options) {
+  std::ostringstream s;
+  s << "regime=" << gate_regime_name(options.regime) << " beta_max=" << options.beta_max
+    << " unit_keys=" << (options.unit_keys ? "true" : "false") << " state_scale=" << options.state_scale
+    << " padding_fraction=" << options.padding_fraction;
+  return s.str();
+}
+
+std::ostream& operator<<(std::ostream& out, const Case& c) {
+  out << "Case{" << c.problem.describe() << " | cu_seqlens=[";
+  for (std::size_t i = 0; i < c.problem.cu_seqlens.size(); ++i)
+    out << (i ? "," : "") << c.problem.cu_seqlens[i];
+  out << "] | " << describe(c.options) << " | seed=" << c.seed << "}";
+  return out;
+}
+
+CaseSpace CaseSpace::chunked(int chunk_size) {
+  CaseSpace space;
+  space.chunk_size = chunk_size;
+  space.intermediate_states = false;
+  return space;
+}
+
+rc::Gen<int> gen_head_size(int limit) {
+  limit = std::max(limit, 1);
+  std::vector<int> special;
+  for (int p : {16, 32, 64, 128, 256})
+    for (int d : {p - 1, p, p + 1})
+      if (d >= 1 && d <= limit) special.push_back(d);
+  if (special.empty()) special.push_back(limit);
+  return rc::gen::weightedOneOf<int>({
+      {3, rc::gen::inRange(1, std::min(limit, 16) + 1)},  // small, mostly odd-or-tiny sizes
+      {3, rc::gen::inRange(1, limit + 1)},                // anything up to the limit
+      {2, rc::gen::elementOf(special)},                   // multiples of 16 and their neighbours
+      {1, rc::gen::just(limit)},                          // the largest allowed
+  });
+}
+
+rc::Gen<std::int64_t> gen_sequence_length(int chunk_size, std::int64_t limit) {
+  const std::int64_t C = std::max(chunk_size, 1);
+  auto fit = [limit](std::int64_t x) { return std::min<std::int64_t>(std::max<std::int64_t>(x, 0), limit); };
+  return rc::gen::weightedOneOf<std::int64_t>({
+      {1, rc::gen::just<std::int64_t>(0)},
+      {2, rc::gen::just(fit(1))},
+      {2, rc::gen::just(fit(C - 1))},
+      {2, rc::gen::just(fit(C))},
+      {2, rc::gen::just(fit(C + 1))},
+      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(2, std::max<std::int64_t>(C, 2) + 1), fit)},
+      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(2 * C, 4 * C + 1), fit)},  // several chunks
+      {1, rc::gen::map(rc::gen::inRange<std::int64_t>(0, 3 * C + 2), fit)},
+  });
+}
+
+namespace {
+
+void check_space(const CaseSpace& space) {
+  if (space.max_K < 1 || space.max_V < 1 || space.max_H < 1 || space.max_group < 1 ||
+      space.max_sequences < 1 || space.chunk_size < 1 || space.max_tokens < 0)
+    throw std::invalid_argument("CaseSpace: every maximum and chunk_size must be >= 1");
+  if (space.input_dtypes.empty()) throw std::invalid_argument("CaseSpace: input_dtypes is empty");
+  if (space.regimes.empty()) throw std::invalid_argument("CaseSpace: regimes is empty");
+  if (!(space.max_work >= space.min_work) || !(space.min_work >= 1))
+    throw std::invalid_argument("CaseSpace: need 1 <= min_work <= max_work");
+}
+
+rc::Gen<bool> maybe(bool allowed, std::size_t weight_on = 1, std::size_t weight_off = 1) {
+  if (!allowed) return rc::gen::just(false);
+  return rc::gen::weightedElement<bool>({{weight_off, false}, {weight_on, true}});
+}
+
+}  // namespace
+
+rc::Gen<Case> gen_case(const CaseSpace& space) {
+  check_space(space);
+  return rc::gen::exec([space]() {
+    using namespace rc;
+    const int size = *gen::withSize([](int s) { return gen::just(s); });
+    const double cap =
+        std::max(space.min_work, space.max_work * (std::clamp(size, 0, 100) + 1) / 101.0);
+    // Log-uniform work budget in [min_work, cap]; the exponent shrinks toward small cases.
+    const int exponent = *gen::inRange(0, 1001);
+    const double budget = space.min_work * std::pow(cap / space.min_work, exponent / 1000.0);
+
+    // Either the shape is drawn first and the lengths fit the rest of the budget, or the
+    // lengths first and the shape fits: large heads with short sequences and long sequences
+    // with small heads both occur.
+    const bool shape_first = *gen::arbitrary<bool>();
+    int H = 1, group = 1, K = 1, V = 1;
+    std::vector<std::int64_t> lengths;
+    const int N = *gen::inRange(1, space.max_sequences + 1);
+    auto draw_heads = [&]() {
+      H = *gen::inRange(1, space.max_H + 1);
+      group = space.gva ? *gen::weightedElement<int>({{2, 1}, {1, 2}, {1, space.max_group}}) : 1;
+      group = std::clamp(group, 1, space.max_group);
+    };
+    auto draw_lengths = [&](std::int64_t token_budget) {
+      lengths.clear();
+      std::int64_t left = std::min(token_budget, space.max_tokens);
+      for (int n = 0; n < N; ++n) {
+        const std::int64_t length = *gen_sequence_length(space.chunk_size, std::max<std::int64_t>(left, 0));
+        lengths.push_back(length);
+        left -= length;
+      }
+    };
+    if (shape_first) {
+      K = *gen_head_size(space.max_K);
+      V = *gen_head_size(space.max_V);
+      draw_heads();
+      const double per_token = double(H) * group * K * V;
+      draw_lengths(std::max<std::int64_t>(3, static_cast<std::int64_t>(budget / per_token)));
+    } else {
+      draw_heads();
+      draw_lengths(space.max_tokens);
+      std::int64_t T = 0;
+      for (std::int64_t l : lengths) T += l;
+      const double kv = budget / (double(std::max<std::int64_t>(T, 1)) * H * group);
+      K = *gen_head_size(std::clamp(static_cast<int>(std::sqrt(kv)), 1, space.max_K));
+      V = *gen_head_size(std::clamp(static_cast<int>(kv / K), 1, space.max_V));
+    }
+
+    Case c;
+    Problem& p = c.problem;
+    p = Problem::packed(lengths, H, H * group, K, V);
+    p.use_qk_l2norm = *maybe(space.l2norm);
+    p.has_h0 = *maybe(space.initial_state, 2, 1);
+    p.has_hT = *maybe(space.final_state, 2, 1);
+    p.state_layout = *maybe(space.v_major, 1, 3) ? StateLayout::v_major : StateLayout::k_major;
+    if (*maybe(space.state_cache, 1, 2)) {
+      // A cache with a few more slots than sequences; make_inputs gives each sequence its
+      // own slot in random order and turns padding_fraction of them into -1 rows.
+      p.state_slots = N + *gen::inRange(0, 3);
+      if (!p.has_h0 && !p.has_hT) p.has_hT = true;
+      c.options.padding_fraction = *gen::element(0.0, 0.25, 0.5);
+    }
+    p.store_intermediate_states = *maybe(space.intermediate_states, 1, 4);
+    p.input_dtype = *gen::elementOf(space.input_dtypes);
+    p.gate_dtype = *maybe(space.gate_in_input_dtype && p.input_dtype != DType::f32, 1, 2) ? p.input_dtype
+                                                                                           : DType::f32;
+    p.gate_mode = *maybe(space.fused_gates, 1, 2) ? GateMode::fused : GateMode::direct;
+    const bool negative = *maybe(space.negative_eigenvalues, 1, 2);
+    if (p.gate_mode == GateMode::fused) p.allow_negative_eigenvalues = negative;
+    if (space.explicit_scale && *maybe(true, 1, 3)) p.scale = *gen::element(1.0, 0.5, 0.125);
+
+    c.options.regime = *gen::elementOf(space.regimes);
+    c.options.beta_max = (negative && p.gate_mode == GateMode::direct) ? 2.0 : 1.0;
+    c.options.unit_keys = !*maybe(space.raw_keys, 1, 3);
+    c.options.state_scale = *gen::element(0.5, 0.5, 0.0, 2.0);
+    c.seed = *gen::arbitrary<std::uint64_t>();
+    p.validate();
+    return c;
+  });
+}
+
+}  // namespace gdn::fuzz
