@@ -2,7 +2,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <random>
 
 #include "fuzz/inputs.hpp"
@@ -162,6 +164,22 @@ void report(benchmark::State& state, double seconds, std::int64_t iterations, co
   state.counters["fraction_of_copy"] = bandwidth / copy_bandwidth();
   state.counters["tokens_per_s"] = double(problem.T) / per_launch;
   state.counters["state_MB"] = double(state_bytes) * 1e-6;
+}
+
+int run_benchmarks(int argc, char** argv) {
+  for (const char* key : {"GDN_DEVICE", "GDN_COMMIT", "GDN_COMMAND"})
+    if (const char* value = std::getenv(key)) benchmark::AddCustomContext(std::string(key + 4), value);
+  cudaDeviceProp prop{};
+  if (device_available() && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    benchmark::AddCustomContext("cuda_device", prop.name);
+    benchmark::AddCustomContext("cuda_sms", std::to_string(prop.multiProcessorCount));
+    benchmark::AddCustomContext("copy_GBps_measured", std::to_string(copy_bandwidth() * 1e-9));
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace gdn::cuda::bench

@@ -52,3 +52,13 @@ void report(benchmark::State& state, double seconds, std::int64_t iterations, co
             std::int64_t state_bytes);
 
 }  // namespace gdn::cuda::bench
+
+namespace gdn::cuda::bench {
+// main() of the benchmark binaries: Google Benchmark's, plus the context keys device, commit
+// and command (from GDN_DEVICE, GDN_COMMIT, GDN_COMMAND) in the JSON output, since this
+// library version has no --benchmark_context flag.
+int run_benchmarks(int argc, char** argv);
+}  // namespace gdn::cuda::bench
+
+#define GDN_BENCHMARK_MAIN() \
+  int main(int argc, char** argv) { return gdn::cuda::bench::run_benchmarks(argc, argv); }

@@ -98,4 +98,4 @@ BENCHMARK(BM_decode)
     ->UseManualTime()
     ->MinTime(0.2);
 
-BENCHMARK_MAIN();
+GDN_BENCHMARK_MAIN()

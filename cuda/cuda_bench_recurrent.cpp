@@ -79,4 +79,4 @@ BENCHMARK(BM_prefill)
     ->UseManualTime()
     ->MinTime(0.3);
 
-BENCHMARK_MAIN();
+GDN_BENCHMARK_MAIN()

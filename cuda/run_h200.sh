@@ -52,14 +52,12 @@ if [[ $PHASES == *A* ]]; then
 fi
 
 if [[ $PHASES == *B* ]]; then
-  CONTEXT="device=$DEVICE,commit=$GDN_COMMIT"
+  export GDN_DEVICE="$DEVICE"
   log "B: decode benchmark"
-  timeout 200 "$BIN/cuda_bench_decode" --benchmark_out="$OUT/decode.json" --benchmark_out_format=json \
-    --benchmark_context="$CONTEXT,command=.carry/cuda_bench_decode (cuda/run_h200.sh)" \
+  GDN_COMMAND=".carry/cuda_bench_decode --benchmark_out=decode.json --benchmark_out_format=json (cuda/run_h200.sh)" timeout 200 "$BIN/cuda_bench_decode" --benchmark_out="$OUT/decode.json" --benchmark_out_format=json \
     --benchmark_counters_tabular=true 2>&1 | tee -a "$LOG"
   log "B: recurrent prefill benchmark"
-  timeout 150 "$BIN/cuda_bench_recurrent" --benchmark_out="$OUT/recurrent.json" --benchmark_out_format=json \
-    --benchmark_context="$CONTEXT,command=.carry/cuda_bench_recurrent (cuda/run_h200.sh)" \
+  GDN_COMMAND=".carry/cuda_bench_recurrent --benchmark_out=recurrent.json --benchmark_out_format=json (cuda/run_h200.sh)" timeout 150 "$BIN/cuda_bench_recurrent" --benchmark_out="$OUT/recurrent.json" --benchmark_out_format=json \
     --benchmark_counters_tabular=true 2>&1 | tee -a "$LOG"
 fi
 
