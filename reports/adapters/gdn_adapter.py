@@ -52,6 +52,7 @@ The log gets one JSON line per case, flushed as it goes (schema in reports/READM
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import importlib.util
 import json
@@ -65,6 +66,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import case_io  # noqa: E402
 from adapter_api import PROBLEM_KEYS, describe, expected_outputs  # noqa: E402
 
 
@@ -110,11 +112,8 @@ def load_implementation(spec: str):
 # --- case files ------------------------------------------------------------------------------
 
 def read_case(path: Path):
-    """(tensors on the CPU, metadata) of a case file; bf16 needs torch (numpy has no bf16)."""
-    from safetensors import safe_open
-    with safe_open(str(path), framework="pt", device="cpu") as f:
-        metadata = dict(f.metadata() or {})
-        tensors = {name: f.get_tensor(name) for name in f.keys()}
+    """(tensors on the CPU, metadata, problem) of a case file; torch, as numpy has no bf16."""
+    tensors, metadata = case_io.load(path)
     if metadata.get("gdn.format") != "gdn-case/1":
         raise ValueError(f"{path}: not a gdn-testbed case file (gdn.format is "
                          f"{metadata.get('gdn.format')!r}, expected 'gdn-case/1')")
@@ -130,11 +129,10 @@ def read_case(path: Path):
 def write_atomically(path: Path, tensors: dict, metadata: dict) -> None:
     """safetensors file at path via a temporary file in the same folder and a rename, so a
     reader never sees half a file and an interrupted run leaves the old file whole."""
-    from safetensors.torch import save_file
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
-        save_file({name: t.contiguous() for name, t in tensors.items()}, str(temporary), metadata=metadata)
+        case_io.save(tensors, temporary, metadata)
         os.replace(temporary, path)
     finally:
         if temporary.exists():
@@ -166,7 +164,9 @@ def run_case(implementation, path: Path, out_path: Path, device: str, device_tex
     """Runs one case; returns its log record. Writes out_path only when the run succeeded."""
     import torch
     record = {"file": str(path), "output": None, "implementation": implementation.NAME,
-              "formulation": implementation.FORMULATION, "device": device_text}
+              "formulation": implementation.FORMULATION, "device": device_text,
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "command": command, "versions": versions}
     tensors, metadata, problem = read_case(path)
     record.update({"case": metadata.get("gdn.case_name", path.stem), "problem": describe(problem),
                    "problem_json": problem})
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     implementation = load_implementation(args.impl)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     device_text = device_name(device)
-    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0], "safetensors io": case_io.backend()}
     if hasattr(implementation, "versions"):
         try:
             versions.update(implementation.versions())

@@ -91,11 +91,12 @@ def load(path: Path):
         return {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata())
 
 
-def run_adapter(impl: str, cases: Path, out: Path | None, log: Path) -> subprocess.CompletedProcess:
+def run_adapter(impl: str, cases: Path, out: Path | None, log: Path, env=None) -> subprocess.CompletedProcess:
+    import os
     command = [sys.executable, str(HERE / "gdn_adapter.py"), "--impl", impl, "--device", "cpu", "--log", str(log), str(cases)]
     if out is not None:
         command[-1:-1] = ["--out-dir", str(out)]
-    return subprocess.run(command, capture_output=True, text=True)
+    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
 def main() -> int:
@@ -189,6 +190,21 @@ def main() -> int:
         check(torch.allclose(tensors["out.hT"][0, 0].double(), beta * torch.outer(k, v), rtol=1e-6, atol=1e-7),
               "naive closed form: hT != beta k v^T")
         del g
+
+        # The built-in safetensors codec (for machines without the package) reads and writes
+        # what the package does: same outputs, and the package reads its files back.
+        builtin = root / "builtin"
+        result = run_adapter("naive", cases, builtin, root / "builtin.jsonl", env={"GDN_SAFETENSORS": "builtin"})
+        check(result.returncode == 0, f"builtin codec run: {result.stderr[-1000:]}")
+        for name in CASES:
+            a, meta_a = load(outputs["naive"] / f"{name}.safetensors")
+            b, meta_b = load(builtin / f"{name}.safetensors")
+            check(set(a) == set(b) and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a),
+                  f"builtin codec/{name}: tensors differ from the package's")
+            check(json.loads(meta_b["gdn.versions"]).get("safetensors io") == "builtin", f"builtin codec/{name}: not used")
+            check({k: v for k, v in meta_a.items() if k not in ("gdn.versions", "gdn.output_command")} ==
+                  {k: v for k, v in meta_b.items() if k not in ("gdn.versions", "gdn.output_command")},
+                  f"builtin codec/{name}: metadata differs")
 
         # In place (no --out-dir): the file gains outputs and keeps its inputs.
         in_place = root / "in_place"

@@ -117,7 +117,10 @@ def _plots(verdicts, out_dir: Path, plot_dir: Path) -> list[tuple[str, Path]]:
     judged = [v for v in verdicts if v.status in ("PASS", "FAIL")]
     implementations = sorted({v.implementation for v in judged})
     colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(implementations)}
-    markers = {"f64": "D", "f32": "o", "bf16": "s", "f16": "^"}
+    from matplotlib.ticker import NullFormatter
+    # One marker per implementation, open and filled in turn, so coinciding points stay visible.
+    markers = {name: "osD^v<>"[i % 7] for i, name in enumerate(implementations)}
+    filled = {name: i % 2 == 0 for i, name in enumerate(implementations)}
     written = []
 
     # Error against sequence length, one panel per dtype (the dtype sets the error's scale).
@@ -132,10 +135,15 @@ def _plots(verdicts, out_dir: Path, plot_dir: Path) -> list[tuple[str, Path]]:
                 points = [(x, y) for x, y in points if x is not None and y is not None and y > 0 and math.isfinite(y)]
                 if points:
                     xs, ys = zip(*points)
-                    axis.scatter(xs, ys, s=14, color=colors[name], marker=markers.get(dtype, "o"), label=name,
-                                 alpha=0.8)
+                    axis.scatter(xs, ys, s=22 if filled[name] else 40, marker=markers[name], label=name, alpha=0.8,
+                                 facecolors=colors[name] if filled[name] else "none", edgecolors=colors[name])
             axis.set_xscale("symlog", linthresh=1)
             axis.set_yscale("log")
+            low, high = axis.get_ylim()
+            if high / low < 100:  # at least two decades, so the major ticks label the axis
+                middle = math.sqrt(low * high)
+                axis.set_ylim(middle / 10, middle * 10)
+            axis.yaxis.set_minor_formatter(NullFormatter())
             axis.set_title(f"input dtype {dtype}")
             axis.set_xlabel("longest sequence (tokens)")
             axis.set_ylabel("relative RMS error of o")

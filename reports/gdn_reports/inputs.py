@@ -402,6 +402,12 @@ def load_results(root: Path) -> Results:
                 adapter_records.extend((r, source) for r in records)
                 devices = sorted({str(r.get("device")) for r in records if r.get("device")})
                 fields["device"] = fields["device"] or (", ".join(devices) if devices else None)
+                # Each adapter record carries its run's date, command and versions: state the first.
+                first = records[0]
+                fields["date"] = fields["date"] or (str(first["date"]) if first.get("date") else None)
+                fields["command"] = fields["command"] or (str(first["command"]) if first.get("command") else None)
+                versions = first.get("versions") if isinstance(first.get("versions"), dict) else {}
+                fields["commit"] = fields["commit"] or (str(versions["gdn-testbed"]) if versions.get("gdn-testbed") else None)
                 results.provenance.append(Provenance(source, "adapter log", records=len(records), **fields))
             else:
                 if fields["device"] is None:
