@@ -504,7 +504,7 @@ TEST_CASE("zero-length sequences are legal", "[problem]") {
   REQUIRE_NOTHROW(gdn::validate(empty, in));
 }
 
-TEST_CASE("-1 padding in the state cache is legal", "[problem]") {
+TEST_CASE("padding rows (index -1) in the state cache are legal", "[problem]") {
   Problem p = cache_problem();
   p.state_slots = 1;  // fewer slots than sequences is fine when the others are padding
   Inputs in = valid_inputs(p);

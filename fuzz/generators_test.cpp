@@ -1,0 +1,162 @@
+// The case generator covers what the property suite promises to explore (issue 2, item 7):
+// K and V from 1 to 256 including odd sizes, lengths 0, 1, C-1, C, C+1 and long ones, every
+// gate regime, beta in [0, 1] and [0, 2), every feature and dtype; and its cost stays bounded
+// by RapidCheck's size. Sampled without RapidCheck's runner, from fixed seeds.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <set>
+
+#include "fuzz/generators.hpp"
+
+namespace {
+
+using namespace gdn;
+using fuzz::Case;
+using fuzz::CaseSpace;
+
+std::vector<Case> sample(const CaseSpace& space, int count, std::uint64_t seed) {
+  const auto generator = fuzz::gen_case(space);
+  std::mt19937_64 rng(seed);
+  std::vector<Case> cases;
+  for (int i = 0; i < count; ++i)
+    cases.push_back(generator(rc::Random(rng()), static_cast<int>(i % 101)).value());
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("generated cases cover sizes, lengths, regimes and features", "[generators]") {
+  for (int C : {1, 7, 64, 65}) {
+    INFO("chunk size " << C);
+    const CaseSpace space = CaseSpace::chunked(C);
+    const std::vector<Case> cases = sample(space, 3000, 1000 + C);
+    std::set<int> Ks, Vs;
+    std::set<std::int64_t> lengths;
+    std::set<fuzz::GateRegime> regimes;
+    std::set<DType> dtypes;
+    bool gva = false, l2norm = false, h0 = false, hT = false, v_major = false, cache = false, padding = false,
+         fused = false, negative_fused = false, beta2 = false, gate_in_dtype = false, scale = false, multi = false;
+    std::int64_t longest = 0;
+    for (const Case& c : cases) {
+      const Problem& p = c.problem;
+      REQUIRE_NOTHROW(p.validate());
+      Ks.insert(p.K);
+      Vs.insert(p.V);
+      for (int n = 0; n < p.N(); ++n) {
+        lengths.insert(p.seq_len(n));
+        longest = std::max(longest, p.seq_len(n));
+      }
+      regimes.insert(c.options.regime);
+      dtypes.insert(p.input_dtype);
+      gva |= p.HV > p.H;
+      l2norm |= p.use_qk_l2norm;
+      h0 |= p.has_h0;
+      hT |= p.has_hT;
+      v_major |= p.state_layout == StateLayout::v_major;
+      cache |= p.uses_state_cache();
+      padding |= p.uses_state_cache() && c.options.padding_fraction > 0;
+      fused |= p.gate_mode == GateMode::fused;
+      negative_fused |= p.allow_negative_eigenvalues;
+      beta2 |= p.gate_mode == GateMode::direct && c.options.beta_max == 2.0;
+      gate_in_dtype |= p.gate_dtype != DType::f32;
+      scale |= p.scale.has_value();
+      multi |= p.N() >= 3;
+      CHECK(p.K <= 256);
+      CHECK(p.V <= 256);
+      CHECK(p.T <= space.max_tokens);
+    }
+    for (int d : {1, 2, 3, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256}) {
+      CHECK(Ks.count(d) == 1);
+      CHECK(Vs.count(d) == 1);
+    }
+    int odd_K = 0;
+    for (int d : Ks) odd_K += d % 2;
+    CHECK(odd_K >= 20);
+    for (std::int64_t l : {std::int64_t(0), std::int64_t(1), std::int64_t(C - 1), std::int64_t(C), std::int64_t(C + 1)})
+      CHECK(lengths.count(l) == 1);
+    CHECK(longest >= 2 * C);
+    CHECK(regimes.size() == 4);
+    CHECK(dtypes.size() == 3);
+    CHECK(gva);
+    CHECK(l2norm);
+    CHECK(h0);
+    CHECK(hT);
+    CHECK(v_major);
+    CHECK(cache);
+    CHECK(padding);
+    CHECK(fused);
+    CHECK(negative_fused);
+    CHECK(beta2);
+    CHECK(gate_in_dtype);
+    CHECK(scale);
+    CHECK(multi);
+  }
+}
+
+TEST_CASE("the cost of a case is bounded by RapidCheck's size", "[generators]") {
+  CaseSpace space;
+  space.max_work = 1e6;
+  const auto generator = fuzz::gen_case(space);
+  std::mt19937_64 rng(5);
+  for (int size : {0, 10, 50, 100}) {
+    for (int i = 0; i < 300; ++i) {
+      const Case c = generator(rc::Random(rng()), size).value();
+      // The budget is max_work (size + 1) / 101; lengths are fitted to it, except that a case
+      // may hold up to 3 tokens and one C+1-long sequence when heads alone exceed it.
+      const double cap = std::max(space.min_work, space.max_work * (size + 1) / 101.0);
+      const double per_token = double(c.problem.HV) * c.problem.K * c.problem.V;
+      INFO(c);
+      CHECK(c.work() <= cap + per_token * (space.chunk_size + 4));
+    }
+  }
+}
+
+TEST_CASE("restricted spaces are respected", "[generators]") {
+  CaseSpace space;
+  space.max_K = 64;
+  space.max_V = 32;
+  space.gva = false;
+  space.l2norm = false;
+  space.state_cache = false;
+  space.fused_gates = false;
+  space.negative_eigenvalues = false;
+  space.v_major = false;
+  space.input_dtypes = {DType::bf16};
+  space.gate_in_input_dtype = false;
+  space.regimes = {fuzz::GateRegime::strong};
+  for (const Case& c : sample(space, 500, 9)) {
+    const Problem& p = c.problem;
+    CHECK(p.K <= 64);
+    CHECK(p.V <= 32);
+    CHECK(p.HV == p.H);
+    CHECK_FALSE(p.use_qk_l2norm);
+    CHECK_FALSE(p.uses_state_cache());
+    CHECK(p.gate_mode == GateMode::direct);
+    CHECK(c.options.beta_max == 1.0);
+    CHECK(p.state_layout == StateLayout::k_major);
+    CHECK(p.input_dtype == DType::bf16);
+    CHECK(p.gate_dtype == DType::f32);
+    CHECK(c.options.regime == fuzz::GateRegime::strong);
+  }
+  CaseSpace empty;
+  empty.input_dtypes.clear();
+  CHECK_THROWS_AS(fuzz::gen_case(empty), std::invalid_argument);
+}
+
+TEST_CASE("a case prints everything needed to rebuild it", "[generators]") {
+  Case c;
+  c.problem = Problem::packed({3, 0, 5}, 1, 2, 4, 3);
+  c.options.regime = fuzz::GateRegime::underflow;
+  c.seed = 12345;
+  std::ostringstream s;
+  s << c;
+  CHECK_THAT(s.str(), Catch::Matchers::Contains("cu_seqlens=[0,3,3,8]"));
+  CHECK_THAT(s.str(), Catch::Matchers::Contains("regime=underflow"));
+  CHECK_THAT(s.str(), Catch::Matchers::Contains("seed=12345"));
+  CHECK_THAT(s.str(), Catch::Matchers::Contains("K=4"));
+  // Deterministic data.
+  CHECK(c.inputs().q == c.inputs().q);
+  CHECK(c.inputs().v == c.inputs().v);
+}
