@@ -48,6 +48,9 @@ Built-in implementations: naive (impl_naive_torch: the recurrence in torch, floa
 device), fla.chunk and fla.fused_recurrent (impl_fla). Case arguments are files or folders
 (every *.safetensors inside, sorted). Without --out-dir the files are updated in place.
 The log gets one JSON line per case, flushed as it goes (schema in reports/README.md).
+Exit status: 0 when no case errored, 1 when some did, 3 when a device error (illegal address,
+device-side assert) poisoned the CUDA context: rerun with --resume, which skips the cases the
+log already holds.
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ import importlib
 import importlib.util
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -69,6 +73,10 @@ if str(HERE) not in sys.path:
 import case_io  # noqa: E402
 from adapter_api import PROBLEM_KEYS, describe, expected_outputs  # noqa: E402
 
+
+# Errors after which a CUDA context cannot be trusted (sticky errors): the driver stops, exit 3.
+FATAL_DEVICE_ERROR = re.compile(r"illegal memory access|illegal instruction|misaligned address|device-side assert|"
+                                r"unspecified launch failure|CUDA error: an illegal|cudaErrorLaunchFailure", re.I)
 
 BUILTIN = {
     "naive": ("impl_naive_torch", None),
@@ -241,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="write results here (same relative names) instead of updating the inputs")
     parser.add_argument("--log", default=None, help="JSON-lines log, one record per case (appended)")
     parser.add_argument("--limit", type=int, default=0, help="stop after this many cases (0: all)")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the cases the --log already records (after a run that stopped)")
     args = parser.parse_args(argv)
 
     import torch
@@ -257,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
         " ".join(shlex.quote(a) for a in ["gdn_adapter.py", *argv])
 
     cases = collect_cases(args.cases)
+    if args.resume and args.log and os.path.exists(args.log):
+        with open(args.log, encoding="utf-8") as previous:
+            done = {json.loads(line).get("file") for line in previous if line.strip()}
+        cases = [c for c in cases if str(c) not in done]
     if args.limit:
         cases = cases[: args.limit]
     log = open(args.log, "a", encoding="utf-8") if args.log else None
@@ -277,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                 record = {"file": str(path), "case": path.stem, "implementation": implementation.NAME,
                           "status": "ERROR", "message": f"reading the case: {type(error).__name__}: {error}"}
             counts[record["status"]] += 1
+            fatal = record["status"] == "ERROR" and FATAL_DEVICE_ERROR.search(record.get("message", ""))
             if log:
                 log.write(json.dumps(record, sort_keys=True) + "\n")
                 log.flush()
@@ -288,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{record.get('problem', '')} {record.get('seconds', 0.0):.2f}s{note} | "
                   f"ran {counts['RAN']} skipped {counts['SKIPPED']} errors {counts['ERROR']} | "
                   f"{rate:.2f} cases/s, ~{remaining:.0f}s left", file=sys.stderr, flush=True)
+            if fatal:
+                # The CUDA context is lost: every later result in this process would be garbage.
+                print(f"gdn_adapter: stopping after a device error in {path}; rerun with --resume to go on "
+                      f"in a fresh process", file=sys.stderr, flush=True)
+                return 3
     finally:
         if log:
             log.close()

@@ -206,6 +206,27 @@ def main() -> int:
                   {k: v for k, v in meta_b.items() if k not in ("gdn.versions", "gdn.output_command")},
                   f"builtin codec/{name}: metadata differs")
 
+        # A device error that poisons the CUDA context stops the driver (exit 3); --resume goes
+        # on with the cases the log does not hold yet.
+        (root / "poison.py").write_text(
+            "import impl_naive_torch as naive\n"
+            "NAME, FORMULATION = 'poison', 'sequential'\n"
+            "def run(problem, tensors):\n"
+            "    if problem['T'] == 71:\n"
+            "        raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+            "    return naive.run(problem, tensors)\n")
+        poison_log = root / "poison.jsonl"
+        first = run_adapter(str(root / "poison.py"), cases, root / "poison", poison_log)
+        records = [json.loads(line) for line in poison_log.read_text().splitlines()]
+        check(first.returncode == 3 and records[-1]["status"] == "ERROR" and len(records) < len(CASES),
+              f"device error: exit {first.returncode}, {len(records)} records")
+        command = [sys.executable, str(HERE / "gdn_adapter.py"), "--impl", str(root / "poison.py"), "--device", "cpu",
+                   "--out-dir", str(root / "poison"), "--log", str(poison_log), "--resume", str(cases)]
+        second = subprocess.run(command, capture_output=True, text=True)
+        records = [json.loads(line) for line in poison_log.read_text().splitlines()]
+        check(second.returncode == 0 and sorted(r["file"] for r in records) == sorted(str(p) for p in cases.glob("*.safetensors")),
+              f"--resume: exit {second.returncode}, {len(records)} records for {len(CASES)} cases: {second.stderr[-500:]}")
+
         # In place (no --out-dir): the file gains outputs and keeps its inputs.
         in_place = root / "in_place"
         in_place.mkdir()
@@ -217,6 +238,19 @@ def main() -> int:
               f"in-place run: {result.stderr[-500:]}")
 
         if binary is not None:
+            # gdn-testbed's own generator: every problem kind it draws (state caches,
+            # intermediate states, zero-length sequences, odd head sizes) through the naive
+            # implementation must pass verify.
+            generated = root / "generated"
+            generated.mkdir()
+            result = subprocess.run([str(binary), "generate", "--out", str(generated / "cases"), "--cases", "24",
+                                     "--seed", "11", "--intermediate"], capture_output=True, text=True)
+            check(result.returncode == 0, f"gdn-testbed generate failed: {result.stderr[-1000:]}")
+            result = run_adapter("naive", generated / "cases", generated / "naive", generated / "naive.jsonl")
+            check(result.returncode == 0, f"naive on generated cases: {result.stderr[-1000:]}")
+            result = subprocess.run([str(binary), "verify", str(generated / "naive")], capture_output=True, text=True)
+            check(result.returncode == 0 and "24 passed" in result.stdout,
+                  f"verify of naive on generated cases: {result.stdout[-2000:]}{result.stderr[-500:]}")
             for label in runs:
                 files = sorted(str(p) for p in outputs[label].glob("*.safetensors"))
                 result = subprocess.run([str(binary), "verify", *files], capture_output=True, text=True)

@@ -10,7 +10,9 @@
 # Usage, from the repository root:
 #   bash reports/campaign/fla_h200.sh GDN_TESTBED_BINARY FLA_WHEEL_DIR
 # e.g. bash reports/campaign/fla_h200.sh .carry/gdn-testbed .whl   (binary built on the host:
-# verify needs no GPU). FLA_WHEEL_DIR holds fla_core-*.whl; "-" uses an fla already importable.
+# verify needs no GPU). Every wheel in FLA_WHEEL_DIR is installed (--no-deps, into $WORK/site):
+# fla_core-*.whl and what fla imports that the machine may lack (einops: fla.ops imports it);
+# "-" uses an fla already importable. torch and Triton must be on the machine.
 #
 # Everything that comes back lands in $OUT (default /tmp/out), written as it goes:
 #   campaign.log, make_cases.log, adapter_<label>.jsonl (one record per case, flushed),
@@ -58,7 +60,7 @@ log "device: $DEVICE; gdn-testbed: $BIN; plan $PLAN seed $SEED; budget ${TOTAL}s
 if [ "$WHEELS" != "-" ]; then
   SITE=$WORK/site
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-    "$WHEELS"/fla_core-*.whl 2>&1 | tail -2 | tee -a "$LOG"
+    "$WHEELS"/*.whl 2>&1 | tail -2 | tee -a "$LOG"
   export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
 "$PYTHON" - <<'EOF' 2>&1 | tee -a "$LOG"
@@ -116,10 +118,18 @@ for entry in $LABELS; do
   log "2: $impl on $CASES cases (at most ${budget}s)"
   rm -rf "$WORK/$label"
   rm -f "$OUT/adapter_$label.jsonl"
-  PYTHONUNBUFFERED=1 timeout "$budget" "$PYTHON" "$REPORTS/adapters/gdn_adapter.py" --impl "$impl" \
-    --device "$ADAPTER_DEVICE" --out-dir "$WORK/$label" --log "$OUT/adapter_$label.jsonl" "$WORK/cases" \
-    > "$OUT/adapter_$label.log" 2>&1
-  status=$?
+  : > "$OUT/adapter_$label.log"
+  for attempt in 1 2 3; do
+    # Exit 3: a device error poisoned the CUDA context; go on in a fresh process (--resume).
+    PYTHONUNBUFFERED=1 timeout "$budget" "$PYTHON" "$REPORTS/adapters/gdn_adapter.py" --impl "$impl" \
+      --device "$ADAPTER_DEVICE" --out-dir "$WORK/$label" --log "$OUT/adapter_$label.jsonl" --resume "$WORK/cases" \
+      >> "$OUT/adapter_$label.log" 2>&1
+    status=$?
+    [ $status -ne 3 ] && break
+    log "$impl: device error (attempt $attempt), resuming in a new process"
+    budget=$(( $(left) - 75 ))
+    [ "$budget" -lt 20 ] && break
+  done
   [ $status -eq 124 ] && log "$impl: stopped by its time limit (the log holds every case it finished)"
   grep -v "Warning" "$OUT/adapter_$label.log" | tail -2 | tee -a "$LOG"
   # Judge this function's outputs on the CPU while the GPU runs the next one.
