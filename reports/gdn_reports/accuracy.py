@@ -190,7 +190,8 @@ def _plots(verdicts, out_dir: Path, plot_dir: Path) -> list[tuple[str, Path]]:
 
 def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) -> str:
     verdicts = results.verdicts
-    verdict_inputs = [p for p in results.provenance if p.kind in ("verdicts", "adapter log", "conformance tally")]
+    verdict_inputs = [p for p in results.provenance
+                      if p.kind in ("verdicts", "adapter log", "conformance tally", "fuzz results")]
     lines = ["# Accuracy report", "",
              f"Generated {generated} by `{command}` from the committed results below. "
              "Errors are against the double-precision oracle; a verdict passes when every check's "
@@ -203,6 +204,19 @@ def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) 
                   table(["input", "kernel", "property", "run", "failed", "skipped", "worst error/budget"],
                         [[t["source"], t["kernel"], t["property"], t["run"], t["failed"], t["skipped"],
                           fmt(t["worst_margin"])] for t in results.tallies]), ""]
+    if results.fuzz:
+        lines += ["## Fuzz campaigns", "",
+                  "Tallies of `gdn-testbed fuzz` runs (random cases; failures shrunk and saved as case files).", "",
+                  table(["input", "implementation", "pass", "fail", "error", "skipped", "worst error/budget",
+                         "worst case", "run cases", "seconds"],
+                        [[t["source"], t["implementation"], t["pass"], t["fail"], t["error"], t["skipped"],
+                          fmt(t["worst_margin"]), t["worst_case"], t["cases"] if t["cases"] is not None else "n/a",
+                          fmt(t["seconds"])] for t in results.fuzz]), ""]
+        if results.fuzz_failures:
+            lines += ["### Shrunk fuzz failures", "",
+                      table(["input", "implementation", "status", "shrunk problem", "verdict", "replay"],
+                            [[f["source"], f["implementation"], f["status"], f["shrunk_problem"], f["summary"][:160],
+                              f"`{f['replay']}`" if f["replay"] else ""] for f in results.fuzz_failures[:30]]), ""]
     if not verdicts:
         lines += ["No verdicts: nothing more to report.", ""]
         return "\n".join(lines)

@@ -104,6 +104,8 @@ class Results:
     context: dict = field(default_factory=dict)  # source -> Google Benchmark context
     peers: list = field(default_factory=list)
     tallies: list = field(default_factory=list)  # conformance tallies: dicts, one per kernel and property
+    fuzz: list = field(default_factory=list)     # fuzz tallies: dicts, one per file and implementation
+    fuzz_failures: list = field(default_factory=list)
     ignored: list = field(default_factory=list)  # (path, why)
 
 
@@ -352,6 +354,29 @@ def _load_tally(obj: dict, source: str, results: Results) -> int:
     return count
 
 
+def _load_fuzz(obj: dict, source: str, results: Results) -> int:
+    """`gdn-testbed fuzz --json` / `merge` output (gdn-fuzz-results/1): per implementation
+    tallies, and the shrunk failures with their replay commands."""
+    tallies = obj.get("tallies")
+    if not isinstance(tallies, dict):
+        raise InputError(f"{source}: gdn-fuzz-results needs a 'tallies' object")
+    for name, t in tallies.items():
+        for required in ("pass", "fail", "error", "skipped"):
+            if required not in t:
+                raise InputError(f"{source}: tallies['{name}'] lacks '{required}'")
+        results.fuzz.append({"source": source, "implementation": name, "pass": int(t["pass"]), "fail": int(t["fail"]),
+                             "error": int(t["error"]), "skipped": int(t["skipped"]),
+                             "worst_margin": number(t.get("worst_margin")), "worst_case": str(t.get("worst_case", "")),
+                             "cases": obj.get("cases"), "seconds": number(obj.get("seconds")),
+                             "shard": obj.get("shard"), "interrupted": bool(obj.get("interrupted"))})
+    for f in obj.get("failures", []) or []:
+        results.fuzz_failures.append({"source": source, "implementation": str(f.get("implementation", "?")),
+                                      "status": str(f.get("status", "?")),
+                                      "shrunk_problem": str(f.get("shrunk_problem", "")),
+                                      "summary": str(f.get("summary", "")), "replay": str(f.get("replay", ""))})
+    return len(tallies)
+
+
 # --- classification --------------------------------------------------------------------------
 
 def _json_lines(path: Path) -> list:
@@ -388,6 +413,10 @@ def load_results(root: Path) -> Results:
             count = _load_peer(data, source, results)
             results.provenance.append(Provenance(source, "peer " + (data["peer"] if isinstance(data["peer"], str) else str(data["peer"].get("name", "?"))), records=count,
                                                  **_provenance_fields(data)))
+        elif isinstance(data, dict) and str(data.get("format", "")).startswith("gdn-fuzz-results/"):
+            count = _load_fuzz(data, source, results)
+            fields = _provenance_fields(data)
+            results.provenance.append(Provenance(source, "fuzz results", records=count, **fields))
         elif isinstance(data, dict) and isinstance(data.get("kernels"), dict):
             count = _load_tally(data, source, results)
             results.provenance.append(Provenance(source, "conformance tally", records=count,

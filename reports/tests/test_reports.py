@@ -34,8 +34,8 @@ def parse_tables(markdown: str) -> dict[str, list[dict]]:
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("## "):
-            heading = line[3:].strip()
+        if line.startswith("## ") or line.startswith("### "):
+            heading = line.split(" ", 1)[1].strip()
         if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
             split = lambda row: [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]  # noqa: E731
             headers = split(line)
@@ -142,6 +142,7 @@ def check_accuracy(markdown: str, out: Path) -> None:
         by_regime[(v["implementation"], v["regime"])].append(v)
     check_rows(tables.get("Per implementation", []), ["implementation"], by_impl, "accuracy per implementation")
     check_tally(tables)
+    check_fuzz(tables)
     check_rows(tables.get("By input dtype", []), ["implementation", "input dtype"], by_dtype, "accuracy by dtype")
     check_rows(tables.get("By gate regime", []), ["implementation", "gate regime"], by_regime, "accuracy by regime")
     for heading in ("By longest sequence (tokens)", "By head size"):
@@ -229,6 +230,22 @@ def check_decode(tables: dict, folder: Path) -> None:
             close(row[f"{label} (ms)"], peer[0]["ms"], f"{row['benchmark']} peer time")
             ratio = peer[0]["ms"] / (b["real_time"] * 1e-6)
             check(abs(float(row[f"speed-up vs {label}"]) - ratio) <= 0.0051, f"{row['benchmark']} ratio")
+
+
+def check_fuzz(tables: dict) -> None:
+    fuzz = json.loads((FIXTURES / "h200-fixture" / "fuzz_shard0.json").read_text())
+    rows = [r for r in tables.get("Fuzz campaigns", []) if "pass" in r]
+    check({r["implementation"] for r in rows} == set(fuzz["tallies"]), "fuzz tally rows")
+    for r in rows:
+        t = fuzz["tallies"].get(r["implementation"])
+        if t:
+            for column in ("pass", "fail", "error", "skipped"):
+                check(r[column] == str(t[column]), f"fuzz {r['implementation']} {column}")
+            check(r["worst error/budget"] == ("inf" if t["worst_margin"] == "inf" else r["worst error/budget"]),
+                  f"fuzz {r['implementation']} worst margin")
+    shrunk = tables.get("Shrunk fuzz failures", [])
+    check(len(shrunk) == 1 and shrunk[0]["replay"] == f"`{fuzz['failures'][0]['replay']}`"
+          and shrunk[0]["shrunk problem"] == fuzz["failures"][0]["shrunk_problem"], "shrunk fuzz failure row")
 
 
 def check_tally(tables: dict) -> None:
