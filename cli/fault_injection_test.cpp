@@ -83,6 +83,37 @@ TEST_CASE("the fuzzer finds, shrinks and replays every planted fault", "[cli][fu
   }
 }
 
+TEST_CASE("every planted fault is found from any campaign seed, quickly", "[cli][fuzz][fault]") {
+  // Not one lucky seed: eight campaigns per fault, each must find and shrink it.
+  for (const char* fault : {"fault.cu_seqlens_off_by_one", "fault.dropped_decay", "fault.lost_state_carry"}) {
+    double slowest = 0;
+    std::int64_t most_cases = 0;
+    for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+      FuzzOptions options;
+      options.implementations = {default_registry().find(fault)};
+      options.seed = seed;
+      options.seconds = 60;
+      options.stop_at_first_failure = true;
+      options.out_dir = temp_dir();
+      options.generator = [](std::uint64_t s) { return sample_case(s); };
+      const FuzzResult result = run_fuzz(options);
+      INFO(fault << " seed " << seed);
+      REQUIRE(result.failures.size() == 1);
+      const FuzzFailure& f = result.failures.front();
+      CHECK(f.found_after_seconds < 60);
+      const oracle::CaseFile saved = oracle::read_case_file(f.file);
+      CHECK(saved.problem.K == 1);
+      CHECK(saved.problem.V == 1);
+      CHECK(saved.problem.HV == 1);
+      CHECK(saved.problem.T <= 65);
+      slowest = std::max(slowest, f.found_after_seconds + f.shrink_seconds);
+      most_cases = std::max(most_cases, result.cases);
+    }
+    std::cout << fault << ": over 8 campaign seeds, at most " << most_cases << " cases and " << slowest
+              << " s to find and shrink\n";
+  }
+}
+
 TEST_CASE("an interrupted campaign keeps its failures and reports the interrupt", "[cli][fuzz]") {
   std::atomic<bool> interrupted{false};
   FuzzOptions options;

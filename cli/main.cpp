@@ -52,13 +52,15 @@ commands:
                  --device N (sets CUDA_VISIBLE_DEVICES=N: one process per GPU)
                  --json FILE (default DIR/results-shard-i-of-n.json)  --budget B
                  --max-failures N (saved and shrunk; default 10)  --stop-at-first  --no-shrink
-                 --max-K N --max-V N --max-tokens N --max-sequences N --intermediate --quiet
+                 --max-K N --max-V N (default 128) --max-tokens N (1024) --max-sequences N (5)
+                 --max-work W (T*HV*K*V cap, 1e6) --intermediate --quiet
   replay FILE  re-run the implementation a case file names (or --impl NAME) and judge it;
                a file with outputs but no runnable implementation is judged on its outputs.
                  --impl NAME  --budget B  --expect pass|fail (exit 0 iff the verdict is that)  --json FILE
   generate     write inputs-only case files for an external implementation
                  --out DIR  --cases N (default 20)  --seed S  --suite fuzz|conformance
-                 --max-K N --max-V N --max-tokens N
+                 --first I (start at the campaign's case I: fuzz/I of fuzz --seed S)
+                 --max-K N --max-V N --max-tokens N --max-work W
   verify PATH  judge outputs an external implementation wrote into case files (files or folders)
                  --budget B  --junit FILE  --json FILE  --verbose
   merge        join fuzz shard results: --out FILE RESULTS.json...
@@ -195,12 +197,15 @@ int exit_code(const std::vector<oracle::Verdict>& verdicts) {
   return t.fail + t.error > 0 ? 1 : 0;
 }
 
-SampleSpace sample_space(const Args& args) {
-  SampleSpace s;
-  s.max_K = static_cast<int>(args.integer("--max-K", s.max_K, 1));
-  s.max_V = static_cast<int>(args.integer("--max-V", s.max_V, 1));
-  s.max_tokens = args.integer("--max-tokens", s.max_tokens, 1);
+// The case distribution of fuzz::gen_case, narrowed by the command line. Chunked
+// implementations cannot serve per-token states, so those stay off unless asked for.
+fuzz::CaseSpace sample_space(const Args& args) {
+  fuzz::CaseSpace s = fuzz::CaseSpace::chunked(64);
+  s.max_K = static_cast<int>(args.integer("--max-K", 128, 1));
+  s.max_V = static_cast<int>(args.integer("--max-V", 128, 1));
+  s.max_tokens = args.integer("--max-tokens", 1024, 1);
   s.max_sequences = static_cast<int>(args.integer("--max-sequences", s.max_sequences, 1));
+  s.max_work = args.number("--max-work", 1.0e6);
   s.intermediate_states = args.has("--intermediate");
   return s;
 }
@@ -274,7 +279,7 @@ int fuzz_command(const Args& args, const std::string& command, const std::string
   options.shrink = !args.has("--no-shrink");
   options.max_saved_failures = static_cast<int>(args.integer("--max-failures", 10));
   options.stop_at_first_failure = args.has("--stop-at-first");
-  const SampleSpace space = sample_space(args);
+  const fuzz::CaseSpace space = sample_space(args);
   options.generator = [space](std::uint64_t seed) { return sample_case(seed, space); };
   options.interrupted = &g_interrupted;
   options.progress = args.has("--quiet") ? nullptr : &std::cerr;
@@ -453,8 +458,10 @@ int generate(const Args& args, const std::string& command) {
   if (suite == "conformance") {
     cases = conformance_cases();
   } else {
-    const SampleSpace space = sample_space(args);
-    for (long long i = 0; i < count; ++i) {
+    const fuzz::CaseSpace space = sample_space(args);
+    // --first I: the cases a fuzz campaign with the same --seed calls fuzz/I, fuzz/I+1, ...
+    const long long first = args.integer("--first", 0);
+    for (long long i = first; i < first + count; ++i) {
       GeneratedCase c = sample_case(case_seed(seed, std::uint64_t(i)), space);
       c.name = "generate/" + std::to_string(seed) + "/" + std::to_string(i);
       cases.push_back(std::move(c));
@@ -569,13 +576,15 @@ int main(int argc, char** argv) {
     if (sub == "fuzz")
       return fuzz_command(Args(rest,
                                {"--impl", "--budget", "--seed", "--seconds", "--cases", "--shard", "--device", "--out",
-                                "--json", "--max-failures", "--max-K", "--max-V", "--max-tokens", "--max-sequences"},
+                                "--json", "--max-failures", "--max-K", "--max-V", "--max-tokens", "--max-sequences",
+                                "--max-work"},
                                {"--no-shrink", "--stop-at-first", "--intermediate", "--quiet"}),
                           command, binary);
     if (sub == "replay") return replay(Args(rest, {"--impl", "--budget", "--expect", "--json", "--junit"}, {}), command);
     if (sub == "verify") return verify(Args(rest, {"--budget", "--junit", "--json"}, {"--verbose"}), command);
     if (sub == "generate")
-      return generate(Args(rest, {"--out", "--cases", "--seed", "--suite", "--max-K", "--max-V", "--max-tokens", "--max-sequences"},
+      return generate(Args(rest, {"--out", "--cases", "--first", "--seed", "--suite", "--max-K", "--max-V", "--max-tokens", "--max-sequences",
+                                  "--max-work"},
                            {"--intermediate"}),
                       command);
     if (sub == "merge") return merge(Args(rest, {"--out"}, {}));

@@ -1,24 +1,17 @@
 #pragma once
-// The fuzz campaign's case source: a seed -> GeneratedCase function over a space of problems.
+// The fuzz campaign's case source: fuzz::gen_case (the property suite's RapidCheck generator,
+// fuzz/generators.hpp) sampled deterministically from a seed, so the fuzzer explores the same
+// distribution as the properties and a case is reproducible from its seed alone.
 #include "cli/campaign.hpp"
-#include "fuzz/inputs.hpp"
+#include "fuzz/generators.hpp"
 
 namespace gdn::cli {
-
-struct SampleSpace {
-  int max_K = 64, max_V = 64;
-  int max_H = 2, max_group = 3;
-  int max_sequences = 4;
-  std::int64_t max_tokens = 400;
-  int chunk_size = 64;                // lengths near multiples of it are drawn on purpose
-  double max_work = 2.0e6;            // T * HV * K * V cap: keeps one case ~1 ms
-  bool intermediate_states = false;   // per-token states: only sequential implementations serve them
-};
 
 nlohmann::json to_json(const fuzz::InputOptions& options);
 fuzz::InputOptions input_options_from_json(const nlohmann::json& json);
 
-// Deterministic in (seed, space).
-GeneratedCase sample_case(std::uint64_t seed, const SampleSpace& space = {});
+// The RapidCheck size of the draw (0..100) is taken from the seed too: most cases are
+// moderate, and the size ramp that rc::check performs is spread over the campaign.
+GeneratedCase sample_case(std::uint64_t seed, const fuzz::CaseSpace& space = fuzz::CaseSpace::chunked(64));
 
 }  // namespace gdn::cli

@@ -12,8 +12,8 @@ namespace gdn::cli {
 Selection select_all(const Problem& problem) {
   Selection s;
   for (int n = 0; n < problem.N(); ++n) s.sequences.push_back({n, problem.seq_len(n)});
-  s.H = problem.H;
-  s.group = problem.group_size();
+  for (int h = 0; h < problem.H; ++h) s.query_heads.push_back(h);
+  for (int j = 0; j < problem.HV; ++j) s.value_heads.push_back(j);
   s.K = problem.K;
   s.V = problem.V;
   return s;
@@ -40,16 +40,24 @@ std::int64_t state_offset(const Problem& p, int k, int v) {
 ConcreteCase apply(const ConcreteCase& source, const Selection& sel) {
   const Problem& P = source.problem;
   const Inputs& I = source.inputs;
-  if (sel.H < 1 || sel.H > P.H) bad("selection.H", "must be in [1, " + std::to_string(P.H) + "]");
-  if (sel.group < 1 || sel.group > P.group_size()) bad("selection.group", "must be in [1, HV/H]");
+  const int H = static_cast<int>(sel.query_heads.size()), HV = static_cast<int>(sel.value_heads.size());
+  if (H < 1 || HV < H || HV % H != 0) bad("selection.heads", "needs >= 1 query head and a whole group of value heads for each");
+  const int group = HV / H, G = P.group_size();
+  for (int h : sel.query_heads)
+    if (h < 0 || h >= P.H) bad("selection.query_heads", "names a head the problem does not have");
+  for (int j = 0; j < HV; ++j) {
+    const int original = sel.value_heads[static_cast<std::size_t>(j)];
+    if (original < 0 || original >= P.HV || original / G != sel.query_heads[static_cast<std::size_t>(j / group)])
+      bad("selection.value_heads", "value head " + std::to_string(j) + " must belong to its query head");
+  }
   if (sel.K < 1 || sel.K > P.K) bad("selection.K", "must be in [1, K]");
   if (sel.V < 1 || sel.V > P.V) bad("selection.V", "must be in [1, V]");
   if (sel.sequences.empty()) bad("selection.sequences", "must keep at least one sequence");
   ConcreteCase out;
   Problem& p = out.problem;
   p = P;
-  p.H = sel.H;
-  p.HV = sel.H * sel.group;
+  p.H = H;
+  p.HV = HV;
   p.K = sel.K;
   p.V = sel.V;
   p.cu_seqlens.assign(1, 0);
@@ -63,15 +71,15 @@ ConcreteCase apply(const ConcreteCase& source, const Selection& sel) {
     p.cu_seqlens.push_back(p.cu_seqlens.back() + s.length);
   }
   p.T = p.cu_seqlens.back();
-  const int G = P.group_size();
-  auto head = [&](int j) { return (j / sel.group) * G + j % sel.group; };
+  auto head = [&](int j) { return sel.value_heads[static_cast<std::size_t>(j)]; };
+  auto query_head = [&](int h) { return sel.query_heads[static_cast<std::size_t>(h)]; };
 
   Inputs& in = out.inputs;
   auto per_token_qk = [&](const HostTensor<double>& src) {
     HostTensor<double> t(p.q_shape());
     for (std::int64_t tt = 0; tt < p.T; ++tt)
       for (int h = 0; h < p.H; ++h)
-        for (int k = 0; k < p.K; ++k) t[(tt * p.H + h) * p.K + k] = src[(tokens[tt] * P.H + h) * P.K + k];
+        for (int k = 0; k < p.K; ++k) t[(tt * p.H + h) * p.K + k] = src[(tokens[tt] * P.H + query_head(h)) * P.K + k];
     return t;
   };
   auto per_token_gate = [&](const HostTensor<double>& src) {
@@ -220,15 +228,26 @@ std::vector<Candidate> candidates(const ConcreteCase& c) {
       s.sequences[static_cast<std::size_t>(n)].length = length;
       with("sequence " + std::to_string(n) + " length " + std::to_string(p.seq_len(n)) + " -> " + std::to_string(length), s);
     }
-  // Fewer heads.
+  // Fewer heads: one value head alone (with its query head), the first h query heads, the
+  // first g value heads of every group.
+  if (p.HV > 1)
+    for (int j = 0; j < p.HV; ++j) {
+      Selection s = all;
+      s.query_heads = {j / p.group_size()};
+      s.value_heads = {j};
+      with("keep only value head " + std::to_string(j), s);
+    }
   for (std::int64_t h : smaller_values(p.H, 1)) {
     Selection s = all;
-    s.H = static_cast<int>(h);
+    s.query_heads.resize(static_cast<std::size_t>(h));
+    s.value_heads.resize(static_cast<std::size_t>(h * p.group_size()));
     with("H " + std::to_string(p.H) + " -> " + std::to_string(h), s);
   }
   for (std::int64_t g : smaller_values(p.group_size(), 1)) {
     Selection s = all;
-    s.group = static_cast<int>(g);
+    s.value_heads.clear();
+    for (int h = 0; h < p.H; ++h)
+      for (int i = 0; i < g; ++i) s.value_heads.push_back(h * p.group_size() + i);
     with("value heads per key head " + std::to_string(p.group_size()) + " -> " + std::to_string(g), s);
   }
   // Smaller head sizes.

@@ -18,16 +18,18 @@ struct ConcreteCase {
   Inputs inputs;
 };
 
-// Which part of a case to keep. Value head j' of the result is original value head
-// (j' / group) * original_group + j' % group: the first `group` value heads of each of the
-// first H query/key heads, so GVA stays GVA. K and V keep their first K, V entries.
+// Which part of a case to keep. Query/key head h' of the result is original query_heads[h'],
+// value head j' is original value_heads[j']; with group = value_heads.size() /
+// query_heads.size(), value head j' must belong to query head j' / group (GVA stays GVA).
+// K and V keep their first K, V entries.
 struct Selection {
   struct Sequence {
     int index;            // original sequence
     std::int64_t length;  // tokens kept from its start (<= its length)
   };
   std::vector<Sequence> sequences;
-  int H = 1, group = 1, K = 1, V = 1;
+  std::vector<int> query_heads, value_heads;
+  int K = 1, V = 1;
 };
 
 Selection select_all(const Problem& problem);

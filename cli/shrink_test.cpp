@@ -37,8 +37,8 @@ TEST_CASE("selected sequences and heads compute what they computed inside the wh
   const Outputs<double> whole = reference::sequential<double>(c.problem, c.inputs);
   Selection s = select_all(p);
   s.sequences = {{2, 3}, {1, 4}};  // sequence 2 whole, then the first 4 tokens of sequence 1
-  s.H = 1;
-  s.group = 2;  // value heads 0 and 1 of query head 0
+  s.query_heads = {0};
+  s.value_heads = {0, 1};  // value heads 0 and 1 of query head 0
   const ConcreteCase part = apply(c, s);
   REQUIRE(part.problem.T == 7);
   REQUIRE(part.problem.HV == 2);
@@ -69,6 +69,21 @@ TEST_CASE("state cache slices keep every slot and the chosen indices", "[cli][sh
   CHECK(part.problem.state_slots == 5);
   CHECK(part.inputs.state_indices == std::vector<std::int32_t>{0});
   CHECK(part.inputs.h0.shape() == Shape{5, 2, 3, 3});
+}
+
+TEST_CASE("a single value head of the second group keeps its own query head", "[cli][shrink]") {
+  Problem p = Problem::packed({5}, 2, 4, 3, 2);  // group 2: value head 3 reads query head 1
+  const ConcreteCase c = make(p, 8);
+  const Outputs<double> whole = reference::sequential<double>(c.problem, c.inputs);
+  Selection s = select_all(p);
+  s.query_heads = {1};
+  s.value_heads = {3};
+  const ConcreteCase part = apply(c, s);
+  const Outputs<double> sliced = reference::sequential<double>(part.problem, part.inputs);
+  for (int t = 0; t < 5; ++t)
+    for (int v = 0; v < 2; ++v) CHECK(sliced.o[t * 2 + v] == whole.o[(t * 4 + 3) * 2 + v]);
+  s.value_heads = {1};  // belongs to query head 0, not 1
+  CHECK_THROWS_AS(apply(c, s), ProblemError);
 }
 
 TEST_CASE("a bad selection is a ProblemError", "[cli][shrink]") {

@@ -54,10 +54,13 @@ std::string BudgetOptions::describe() const {
     case BudgetModel::calibrated:
       if (factor == 2.0 && floor_units == 1.0) return "calibrated";
       return "calibrated(factor=" + compact(factor) + ",floor=" + compact(floor_units) + ")";
-    case BudgetModel::fixed:
-      if (fixed_rel_rms) return "fixed(rel_rms=" + compact(*fixed_rel_rms) + ")";
-      if (fixed_rel_rms_chunked == 0.005 && fixed_rel_rms_recurrent == 0.002) return "fixed";
-      return "fixed(chunked=" + compact(fixed_rel_rms_chunked) + ",recurrent=" + compact(fixed_rel_rms_recurrent) + ")";
+    case BudgetModel::fixed: {
+      const std::string abs = fixed_abs_rms > 0 ? ",abs=" + compact(fixed_abs_rms) : "";
+      if (fixed_rel_rms) return "fixed(rel_rms=" + compact(*fixed_rel_rms) + abs + ")";
+      if (fixed_rel_rms_chunked == 0.005 && fixed_rel_rms_recurrent == 0.002)
+        return abs.empty() ? "fixed" : "fixed(" + abs.substr(1) + ")";
+      return "fixed(chunked=" + compact(fixed_rel_rms_chunked) + ",recurrent=" + compact(fixed_rel_rms_recurrent) + abs + ")";
+    }
     case BudgetModel::bitwise: return "bitwise";
   }
   return "?";
@@ -103,6 +106,7 @@ bool parse_budget(const std::string& text, BudgetOptions* out, std::string* erro
     else if (options.model == BudgetModel::fixed && key == "rel_rms") options.fixed_rel_rms = value;
     else if (options.model == BudgetModel::fixed && key == "chunked") options.fixed_rel_rms_chunked = value;
     else if (options.model == BudgetModel::fixed && key == "recurrent") options.fixed_rel_rms_recurrent = value;
+    else if (options.model == BudgetModel::fixed && key == "abs") options.fixed_abs_rms = value;
     else {
       *error = "budget " + std::string(budget_model_name(options.model)) + " has no parameter '" + key + "'";
       return false;
@@ -275,10 +279,16 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
         const double threshold = options.fixed_rel_rms ? *options.fixed_rel_rms
                                  : formulation == Formulation::chunked ? options.fixed_rel_rms_chunked
                                                                        : options.fixed_rel_rms_recurrent;
-        v.checks.push_back(make_check(tensor, "rel_rms", m.rel_rms, threshold,
-                                      options.fixed_rel_rms ? std::string("fixed")
-                                      : formulation == Formulation::chunked ? std::string("fixed, chunked")
-                                                                            : std::string("fixed, recurrent")));
+        const std::string basis = options.fixed_rel_rms ? std::string("fixed")
+                                  : formulation == Formulation::chunked ? std::string("fixed, chunked")
+                                                                        : std::string("fixed, recurrent");
+        if (options.fixed_abs_rms > 0) {
+          v.checks.push_back(make_check(tensor, "rms_error", m.rms_error, threshold * m.rms_ref + options.fixed_abs_rms,
+                                        basis + ": " + sci(threshold) + " x rms(ref) " + sci(m.rms_ref) + " + " +
+                                            sci(options.fixed_abs_rms)));
+        } else {
+          v.checks.push_back(make_check(tensor, "rel_rms", m.rel_rms, threshold, basis));
+        }
         // A fixed relative RMS says nothing about a few NaNs among many finite values: hold
         // non-finite mismatches to zero explicitly.
         v.checks.push_back(make_check(tensor, "nonfinite", double(m.nonfinite_mismatches), 0.0, "none allowed"));

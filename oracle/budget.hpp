@@ -30,8 +30,13 @@ struct BudgetOptions {
   double fixed_rel_rms_recurrent = 0.002;
   // Replaces both thresholds (e.g. for the double references: BUDGETS.md, "references").
   std::optional<double> fixed_rel_rms;
+  // An absolute allowance added to the fixed budget: rms(ref - x) <= rel_rms * rms(ref) +
+  // fixed_abs_rms. For outputs that cancel to near zero the relative error says nothing about
+  // the arithmetic (BUDGETS.md, "references"); 0 leaves the check purely relative.
+  double fixed_abs_rms = 0.0;
 
-  // "calibrated", "calibrated(factor=3,floor=1)", "fixed", "fixed(rel_rms=1e-12)", "bitwise".
+  // "calibrated", "calibrated(factor=3,floor=1)", "fixed", "fixed(rel_rms=1e-12,abs=1e-14)",
+  // "bitwise".
   std::string describe() const;
 };
 // Parses the describe() forms above (and plain names).

@@ -102,6 +102,26 @@ TEST_CASE("fixed thresholds depend on the formulation", "[oracle][budget]") {
   CHECK(recurrent.worst_margin() == Approx(0.004 / 0.002).epsilon(1e-6));
 }
 
+TEST_CASE("fixed with an absolute allowance: cancellation to near zero passes, real errors fail", "[oracle][budget]") {
+  Problem p = Problem::packed({3}, 1, 1, 2, 2);
+  const Inputs in = fuzz::make_inputs(p, {}, 5);
+  Outputs<double> ref = reference::sequential<double>(p, in);
+  for (std::int64_t i = 0; i < ref.o.numel(); ++i) ref.o[i] = 1e-6;  // outputs that cancelled
+  Outputs<double> x = ref;
+  for (std::int64_t i = 0; i < x.o.numel(); ++i) x.o[i] *= 1 + 1e-11;  // rel 1e-11, abs 1e-17
+  BudgetOptions b;
+  std::string error;
+  REQUIRE(parse_budget("fixed(rel_rms=1e-12)", &b, &error));
+  CHECK(judge(p, &in, ref, x, nullptr, Formulation::chunked, b).status == Status::fail);
+  REQUIRE(parse_budget("fixed(rel_rms=1e-12,abs=1e-14)", &b, &error));
+  const Verdict v = judge(p, &in, ref, x, nullptr, Formulation::chunked, b);
+  CHECK(v.status == Status::pass);
+  CHECK(v.checks[0].metric == "rms_error");
+  CHECK(v.checks[0].budget == Approx(1e-12 * 1e-6 + 1e-14));
+  for (std::int64_t i = 0; i < x.o.numel(); ++i) x.o[i] = 1e-6 + 1e-13;  // abs 1e-13: over
+  CHECK(judge(p, &in, ref, x, nullptr, Formulation::chunked, b).status == Status::fail);
+}
+
 TEST_CASE("fixed: a single NaN among many correct values fails", "[oracle][budget]") {
   Problem p = Problem::packed({50}, 1, 1, 16, 16);
   const Inputs in = fuzz::make_inputs(p, {}, 5);
@@ -147,7 +167,8 @@ TEST_CASE("missing output tensor is an ERROR verdict naming it", "[oracle][budge
 }
 
 TEST_CASE("budget descriptions parse back", "[oracle][budget]") {
-  for (const char* text : {"calibrated", "calibrated(factor=3,floor=0.5)", "fixed", "fixed(rel_rms=1e-12)", "bitwise"}) {
+  for (const char* text : {"calibrated", "calibrated(factor=3,floor=0.5)", "fixed", "fixed(rel_rms=1e-12)",
+                           "fixed(rel_rms=1e-12,abs=1e-14)", "fixed(abs=1e-9)", "bitwise"}) {
     BudgetOptions b;
     std::string error;
     REQUIRE(parse_budget(text, &b, &error));

@@ -193,6 +193,7 @@ void register_references(Registry& registry) {
   BudgetOptions double_budget;
   double_budget.model = BudgetModel::fixed;
   double_budget.fixed_rel_rms = 1e-12;
+  double_budget.fixed_abs_rms = 1e-14;
   BudgetOptions emulation_budget;  // the fp32 emulations against other projects' thresholds
   emulation_budget.model = BudgetModel::fixed;
 
