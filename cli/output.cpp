@@ -67,7 +67,7 @@ void print_table(std::ostream& out, const std::vector<oracle::Verdict>& verdicts
     case_width = std::max(case_width, v.case_name.size());
   }
   impl_width = std::min<std::size_t>(impl_width, 34);
-  case_width = std::min<std::size_t>(case_width, 44);
+  case_width = std::min<std::size_t>(case_width, 56);
   out << fit("STATUS", 8) << fit("IMPLEMENTATION", impl_width + 2) << fit("CASE", case_width + 2)
       << fit("WORST CHECK", 20) << fit("ERROR", 10) << fit("BUDGET", 10) << "MARGIN\n";
   for (const oracle::Verdict& v : verdicts) {

@@ -124,7 +124,10 @@ std::vector<oracle::Verdict> golden_verdicts(bool* available, std::string* why) 
     for (auto [formulation, chunk] : subjects) {
       auto impl = oracle::make_reference(formulation, oracle::ReferencePrecision::f64, chunk);
       oracle::Verdict v;
-      v.case_name = "golden/" + g.name;
+      // One stored problem per peer function: the file (library) and the function tell them apart.
+      std::string file = g.file.substr(g.file.find_last_of('/') + 1);
+      if (file.size() > 5 && file.compare(file.size() - 5, 5, ".json") == 0) file.resize(file.size() - 5);
+      v.case_name = "golden/" + file + "." + (g.formulation == Formulation::chunked ? "chunk" : "recurrent") + "/" + g.name;
       v.problem = g.problem.describe();
       v.implementation = impl->name();
       v.budget = "golden tolerance (reference/golden.hpp)";
