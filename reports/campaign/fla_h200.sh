@@ -21,8 +21,9 @@
 # Commit into reports/results/h200/fla/: the .jsonl and verify_*.json files, summary.txt.
 #
 # Environment: CAMPAIGN_SECONDS (default 540: the whole run, every stage bounded by timeout),
-# PLAN (fla = 300 cases; small, tiny), SEED (1), LABELS ("chunk fused_recurrent": fla.chunk and
-# fla.fused_recurrent; an entry LABEL=IMPL runs any gdn_adapter.py --impl, e.g. naive=naive),
+# PLAN (fla = 300 cases; small, tiny), SEED (1), LABELS ("fused_recurrent chunk": fla's two
+# functions, the recurrent one first as it compiles fast and has no autotuning, the chunk one
+# gets the time left; an entry LABEL=IMPL runs any gdn_adapter.py --impl, e.g. naive=naive),
 # ADAPTER_DEVICE (cuda), VERIFY_JOBS (8 shards per function), PYTHON (python3), GDN_COMMIT
 # (recorded as the commit; default: what gdn-testbed reports), WORK (/tmp/gdn-fla-campaign:
 # the case files, a few hundred MB, never copied back whole).
@@ -38,7 +39,7 @@ WORK=${WORK:-/tmp/gdn-fla-campaign}
 PYTHON=${PYTHON:-python3}
 PLAN=${PLAN:-fla}
 SEED=${SEED:-1}
-LABELS=${LABELS:-chunk fused_recurrent}
+LABELS=${LABELS:-fused_recurrent chunk}
 ADAPTER_DEVICE=${ADAPTER_DEVICE:-cuda}
 VERIFY_JOBS=${VERIFY_JOBS:-8}
 TOTAL=${CAMPAIGN_SECONDS:-540}
@@ -113,7 +114,7 @@ for entry in $LABELS; do
   impl=fla.$entry
   [[ $entry == *=* ]] && impl=${entry#*=}
   DONE_LABELS="$DONE_LABELS $label"
-  budget=$(( $(left) - 75 ))   # leave time for the last verify and the summary
+  budget=$(( $(left) - 45 ))   # leave time for the last verify (seconds) and the summary
   if [ "$budget" -lt 20 ]; then log "no time left for $impl"; break; fi
   log "2: $impl on $CASES cases (at most ${budget}s)"
   rm -rf "$WORK/$label"
@@ -127,7 +128,7 @@ for entry in $LABELS; do
     status=$?
     [ $status -ne 3 ] && break
     log "$impl: device error (attempt $attempt), resuming in a new process"
-    budget=$(( $(left) - 75 ))
+    budget=$(( $(left) - 45 ))
     [ "$budget" -lt 20 ] && break
   done
   [ $status -eq 124 ] && log "$impl: stopped by its time limit (the log holds every case it finished)"
