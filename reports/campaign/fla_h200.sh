@@ -103,6 +103,7 @@ verify() {
   cat "$WORK"/verify_"$label".*.log > "$OUT/verify_$label.log"
   "$PYTHON" "$HERE/merge_verdicts.py" --out "$OUT/verify_$label.json" --device "$DEVICE" --date "$DATE" \
     ${GDN_COMMIT:+--commit "$GDN_COMMIT"} --command "$COMMAND" --failures "$OUT/failures/$label" \
+    --max-failures 6 --max-failure-bytes 1048576 \
     "$WORK"/verify_"$label".*.json 2>&1 | tee -a "$LOG"
 }
 
