@@ -139,6 +139,22 @@ __device__ __forceinline__ Raw4<T> load_raw(const T* p, int valid, bool vector_o
   return r;
 }
 
+// One unconditional vector load from an address that is always valid (the caller clamps it),
+// zeroed by a select when the run lies outside the tensor: no branch.
+__device__ __forceinline__ Raw4<float> load_raw_masked(const float* p, bool valid) {
+  Raw4<float> r;
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  r.x = valid ? x : make_float4(0.f, 0.f, 0.f, 0.f);
+  return r;
+}
+template <class T>
+__device__ __forceinline__ Raw4<T> load_raw_masked(const T* p, bool valid) {
+  Raw4<T> r;
+  const uint2 x = *reinterpret_cast<const uint2*>(p);
+  r.bits = valid ? x : make_uint2(0u, 0u);
+  return r;
+}
+
 // 4 consecutive elements starting at p, of which the first `valid` exist; zeros beyond.
 template <class T>
 __device__ __forceinline__ void load_run(const T* p, int valid, bool vector_ok, float out[4]) {
@@ -160,12 +176,15 @@ __device__ __forceinline__ void store_run(T* p, int valid, bool vector_ok, const
   }
 }
 
+// Branch-free (selects and predicated loads): a switch here put each gate load in its own
+// basic block, and ptxas waits for a load at the join.
 __device__ __forceinline__ float load_gate(const void* p, int type, std::int64_t i) {
-  switch (type) {
-    case int(ElementType::bf16): return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case int(ElementType::f16): return __half2float(static_cast<const __half*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
+  const bool wide = type == int(ElementType::f32);
+  const unsigned bits = wide ? static_cast<const unsigned*>(p)[i]
+                             : static_cast<unsigned>(static_cast<const unsigned short*>(p)[i]);
+  const float bf16_value = __uint_as_float(bits << 16);
+  const float f16_value = __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  return wide ? __uint_as_float(bits) : (type == int(ElementType::bf16) ? bf16_value : f16_value);
 }
 
 // One token's inputs as the thread needs them: k, q and v raw, the gates resolved to fp32.
@@ -178,7 +197,12 @@ struct Token {
   float beta;
 };
 
-template <class In, int COL_LANES, int RPL>
+// ALIGNED: K % 4 == 0 and V % 4 == 0, so every run of 4 is either wholly inside the tensor or
+// wholly outside. Then every access is one unconditional 16-byte (8-byte) vector access to a
+// clamped address, masked by a select: straight-line code in which all of a thread's loads are
+// in flight together. (With a branch per run, ptxas waits for each load at the join: the loads
+// then go out one latency after another, which cost the first version 60% of its bandwidth.)
+template <class In, int COL_LANES, int RPL, bool ALIGNED>
 struct Tile {
   static constexpr int RL = 32 / COL_LANES;  // row lanes
   static constexpr int BV = 4 * COL_LANES;   // columns per warp
@@ -197,6 +221,37 @@ struct Tile {
   // S of one (row, head) of a [rows, HV, K, V] (or V-major) fp32 tensor.
   __device__ void load_state(const float* base, float s[RPL][4]) const {
     const int K = p.K, V = p.V;
+    if constexpr (ALIGNED) {
+      // The layout branch stays outside the loops: one basic block of loads, all in flight.
+      if (!p.v_major) {
+#pragma unroll
+        for (int m = 0; m < CHUNKS; ++m)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kk = k_of(m) + e;
+            const bool valid = kk < K && v0 < V;
+            const float4 x = *reinterpret_cast<const float4*>(valid ? base + std::int64_t(kk) * V + v0 : base);
+            s[4 * m + e][0] = valid ? x.x : 0.f;
+            s[4 * m + e][1] = valid ? x.y : 0.f;
+            s[4 * m + e][2] = valid ? x.z : 0.f;
+            s[4 * m + e][3] = valid ? x.w : 0.f;
+          }
+      } else {
+#pragma unroll
+        for (int m = 0; m < CHUNKS; ++m)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int k0 = k_of(m);
+            const bool valid = v0 + c < V && k0 < K;
+            const float4 x = *reinterpret_cast<const float4*>(valid ? base + std::int64_t(v0 + c) * K + k0 : base);
+            s[4 * m + 0][c] = valid ? x.x : 0.f;
+            s[4 * m + 1][c] = valid ? x.y : 0.f;
+            s[4 * m + 2][c] = valid ? x.z : 0.f;
+            s[4 * m + 3][c] = valid ? x.w : 0.f;
+          }
+      }
+      return;
+    }
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       const int k0 = k_of(m);
@@ -221,6 +276,26 @@ struct Tile {
 
   __device__ void store_state(float* base, const float s[RPL][4]) const {
     const int K = p.K, V = p.V;
+    if constexpr (ALIGNED) {
+      if (!p.v_major) {
+#pragma unroll
+        for (int m = 0; m < CHUNKS; ++m)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (k_of(m) + e < K && v0 < V)
+              *reinterpret_cast<float4*>(base + std::int64_t(k_of(m) + e) * V + v0) =
+                  make_float4(s[4 * m + e][0], s[4 * m + e][1], s[4 * m + e][2], s[4 * m + e][3]);
+      } else {
+#pragma unroll
+        for (int m = 0; m < CHUNKS; ++m)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (v0 + c < V && k_of(m) < K)
+              *reinterpret_cast<float4*>(base + std::int64_t(v0 + c) * K + k_of(m)) =
+                  make_float4(s[4 * m + 0][c], s[4 * m + 1][c], s[4 * m + 2][c], s[4 * m + 3][c]);
+      }
+      return;
+    }
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       const int k0 = k_of(m);
@@ -248,14 +323,26 @@ struct Tile {
     const int K = p.K, V = p.V;
     const In* kp = static_cast<const In*>(p.k) + (t * p.H + h) * K;
     const In* qp = static_cast<const In*>(p.q) + (t * p.H + h) * K;
+    const In* vp = static_cast<const In*>(p.v) + (t * p.HV + j) * V;
+    if constexpr (ALIGNED) {
 #pragma unroll
-    for (int m = 0; m < CHUNKS; ++m) {
-      const int k0 = k_of(m);
-      const int valid = k0 < K ? K - k0 : 0;
-      x.k[m] = load_raw(kp + k0, valid, p.vector_k);
-      x.q[m] = load_raw(qp + k0, valid, p.vector_k);
+      for (int m = 0; m < CHUNKS; ++m) {
+        const int k0 = k_of(m);
+        const bool valid = k0 < K;
+        x.k[m] = load_raw_masked(valid ? kp + k0 : kp, valid);
+        x.q[m] = load_raw_masked(valid ? qp + k0 : qp, valid);
+      }
+      x.v = load_raw_masked(v0 < V ? vp + v0 : vp, v0 < V);
+    } else {
+#pragma unroll
+      for (int m = 0; m < CHUNKS; ++m) {
+        const int k0 = k_of(m);
+        const int valid = k0 < K ? K - k0 : 0;
+        x.k[m] = load_raw(kp + k0, valid, p.vector_k);
+        x.q[m] = load_raw(qp + k0, valid, p.vector_k);
+      }
+      x.v = load_raw(vp + v0, v0 < V ? V - v0 : 0, p.vector_v);
     }
-    x.v = load_raw(static_cast<const In*>(p.v) + (t * p.HV + j) * V + v0, v0 < V ? V - v0 : 0, p.vector_v);
     const std::int64_t gi = t * p.HV + j;
     if (!p.fused_gates) {
       x.g = load_gate(p.g, p.gate_type, gi);
@@ -333,8 +420,11 @@ struct Tile {
   }
 
   __device__ void store_o(std::int64_t t, const float o[4]) const {
-    if (rg == 0 && v0 < p.V)
-      store_run(static_cast<In*>(p.o) + (t * p.HV + j) * p.V + v0, p.V - v0, p.vector_v, o);
+    if (rg == 0 && v0 < p.V) {
+      In* out = static_cast<In*>(p.o) + (t * p.HV + j) * p.V + v0;
+      if constexpr (ALIGNED) Element<In>::store4(out, o);
+      else store_run(out, p.V - v0, p.vector_v, o);
+    }
   }
 
   __device__ float* intermediate_at(std::int64_t t) const {
@@ -342,9 +432,9 @@ struct Tile {
   }
 };
 
-template <class In, int COL_LANES, int RPL>
+template <class In, int COL_LANES, int RPL, bool ALIGNED>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  using TileT = Tile<In, COL_LANES, RPL>;
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED>;
   const int lane = threadIdx.x & 31;
   const std::int64_t item = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   // Whole warps leave together: every shuffle below runs with all 32 lanes.
@@ -369,6 +459,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __
 
   const TileT tl(p, lane, tile, j);
   const std::int64_t state_elems = std::int64_t(p.K) * p.V;
+  // The first token does not depend on the slot: its loads go out before the slot lookup and
+  // the state loads, so decode waits for one dependent load (the index), not three.
+  Token<In, RPL> cur;
+  if (bos < eos) tl.load_token(bos, cur);
   std::int64_t row = n;
   if (p.use_cache) {
     row = p.state_indices[n];
@@ -401,8 +495,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __
   if (bos < eos) {
     // The next token's inputs are loaded before the current token's arithmetic so that their
     // latency overlaps it (the chain through the state is serial in t).
-    Token<In, RPL> cur;
-    tl.load_token(bos, cur);
     for (std::int64_t t = bos; t < eos; ++t) {
       Token<In, RPL> next;
       const bool has_next = t + 1 < eos;
@@ -427,7 +519,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __
 template <class In, int COL_LANES, int RPL>
 void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
   const std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  recurrent_kernel<In, COL_LANES, RPL><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
+  if (params.vector_k && params.vector_v)
+    recurrent_kernel<In, COL_LANES, RPL, true><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
+  else
+    recurrent_kernel<In, COL_LANES, RPL, false><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
 }
 
 // The instantiated (COL_LANES, RPL) set: COL_LANES 2 reaches K = 256 with RPL 16; 4 reaches
