@@ -45,7 +45,8 @@ commands:
                                | bitwise  (default: each implementation's own)
                  --junit FILE  --json FILE  --verbose  --no-golden
   fuzz         random cases until --seconds or --cases; failures shrunk and saved as case files
-               with a replay command; Ctrl-C keeps them and writes the summary. Exit 1 on failures.
+               with a replay command; Ctrl-C keeps them and writes the summary. Exit 1 on failures,
+               77 when no selected implementation can run here (SKIPPED).
                  --impl LIST (default: the double/long double references)  --seed S (default 1)
                  --seconds S  --cases N (total over shards)  --out DIR (default gdn-fuzz-out)
                  --shard i/n (or from SLURM_ARRAY_TASK_ID/COUNT, JOB_COMPLETION_INDEX+GDN_SHARD_COUNT)
@@ -260,8 +261,19 @@ int fuzz_command(const Args& args, const std::string& command, const std::string
     ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(device).c_str(), 1);
     options.device = static_cast<int>(device);
   }
-  options.implementations =
-      select(args.get("--impl", "reference.chunked.f64,reference.chunked.f64.c37,reference.sequential.f80"));
+  // Implementations that cannot run here (a GPU kernel without a device) are reported and left
+  // out; when none is left the run is SKIPPED (exit 77, the skip code CTest is given), never
+  // a pass.
+  for (const oracle::RegistryEntry* e :
+       select(args.get("--impl", "reference.chunked.f64,reference.chunked.f64.c37,reference.sequential.f80"))) {
+    std::string why;
+    if (e->make()->available(&why)) options.implementations.push_back(e);
+    else std::cout << "SKIPPED " << e->name << ": " << why << "\n";
+  }
+  if (options.implementations.empty()) {
+    std::cout << "fuzz: SKIPPED, no selected implementation can run here\n";
+    return 77;
+  }
   options.budget = budget_option(args);
   options.seed = args.seed("--seed", 1);
   options.seconds = args.number("--seconds", 0);
@@ -377,6 +389,10 @@ int replay(const Args& args, const std::string& command) {
     verdicts.push_back(std::move(v));
   }
   write_outputs(args, "gdn-testbed replay", command, verdicts);
+  if (tally(verdicts).skipped == static_cast<int>(verdicts.size())) {
+    std::cout << "replay: SKIPPED (the implementation cannot run here)\n";
+    return 77;
+  }
   if (expect.empty()) return exit_code(verdicts);
   for (const oracle::Verdict& v : verdicts) {
     const bool matches = expect == "pass" ? v.passed() : v.status == oracle::Status::fail;

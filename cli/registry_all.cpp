@@ -1,5 +1,7 @@
 #include "cli/registry_all.hpp"
 
+#include <stdexcept>
+
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS
 #if __has_include("cuda/register.hpp")
 #include "cuda/register.hpp"
@@ -25,9 +27,34 @@ void add_kernel(oracle::Registry& registry, const char* description) {
 }
 #endif
 
+#if !GDN_HAVE_CUDA_IMPLEMENTATIONS
+// Stands for the GPU kernels in a build without them, so that a CPU-only conformance run says
+// in every table that they were not tested (SKIPPED), instead of leaving them out silently.
+class NotBuiltKernels final : public Implementation {
+ public:
+  std::string name() const override { return "cuda (not built)"; }
+  Formulation formulation() const override { return Formulation::chunked; }
+  bool available(std::string* why) const override {
+    if (why) *why = "this binary was built without the CUDA kernels (GDN_CUDA=OFF or no nvcc)";
+    return false;
+  }
+  Outputs<double> run(const Problem&, const Inputs&) override {
+    throw std::logic_error("cuda (not built): no kernels in this binary");
+  }
+};
+#endif
+
 oracle::Registry build() {
   oracle::Registry registry;
   oracle::register_references(registry);
+#if !GDN_HAVE_CUDA_IMPLEMENTATIONS
+  oracle::RegistryEntry placeholder;
+  placeholder.name = NotBuiltKernels().name();
+  placeholder.description = "the GPU kernels, absent from this build: reported SKIPPED";
+  placeholder.make = [] { return std::make_unique<NotBuiltKernels>(); };
+  placeholder.gpu = true;
+  registry.add(std::move(placeholder));
+#endif
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS
 #if GDN_CUDA_REGISTERS_ITSELF
   gdn::cuda::register_implementations(registry);
