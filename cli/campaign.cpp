@@ -173,6 +173,7 @@ nlohmann::json FuzzResult::to_json(const FuzzOptions& options) const {
   j["interrupted"] = interrupted;
   j["stop_reason"] = stop_reason;
   j["failures_total"] = failures_total;
+  j["failures_not_saved"] = failures_not_saved;
   j["tallies"] = nlohmann::json::object();
   for (const auto& [name, t] : tallies)
     j["tallies"][name] = {{"pass", t.pass}, {"fail", t.fail}, {"error", t.error}, {"skipped", t.skipped},
@@ -307,8 +308,9 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
       f.verdict = v;
       f.found_after_seconds = elapsed();
       if (saved >= options.max_saved_failures) {
-        f.saved = false;
-        result.failures.push_back(std::move(f));
+        // Counted only: a broken implementation fails nearly every case, and a list of tens of
+        // thousands of unsaved failures would only bloat the results.
+        ++result.failures_not_saved;
         continue;
       }
       make_directories(options.out_dir);
@@ -399,7 +401,7 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards) {
   out["shards"] = nlohmann::json::array();
   out["failures"] = nlohmann::json::array();
   out["tallies"] = nlohmann::json::object();
-  std::int64_t cases = 0, failures_total = 0;
+  std::int64_t cases = 0, failures_total = 0, failures_not_saved = 0;
   double seconds = 0, max_seconds = 0;
   std::set<int> seen;
   for (const nlohmann::json& s : shards) {
@@ -413,6 +415,7 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards) {
     if (!seen.insert(index).second) throw std::invalid_argument("merge: shard " + std::to_string(index) + " given twice");
     cases += s.value("cases", std::int64_t(0));
     failures_total += s.value("failures_total", std::int64_t(0));
+    failures_not_saved += s.value("failures_not_saved", std::int64_t(0));
     seconds += s.value("seconds", 0.0);
     max_seconds = std::max(max_seconds, s.value("seconds", 0.0));
     out["shards"].push_back({{"index", index}, {"cases", s["cases"]}, {"seconds", s["seconds"]},
@@ -435,6 +438,7 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards) {
     if (!seen.count(i)) out["missing_shards"].push_back(i);
   out["cases"] = cases;
   out["failures_total"] = failures_total;
+  out["failures_not_saved"] = failures_not_saved;
   out["cpu_seconds"] = seconds;
   out["wall_seconds"] = max_seconds;
   return out;

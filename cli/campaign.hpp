@@ -53,7 +53,8 @@ struct FuzzOptions {
   std::string out_dir = "gdn-fuzz-out";
   bool shrink = true;
   ShrinkOptions shrink_options;
-  // After this many failures are saved, later ones are counted but neither shrunk nor saved.
+  // After this many failures are saved, later ones are counted (failures_not_saved) but
+  // neither shrunk, saved nor listed.
   int max_saved_failures = 10;
   bool stop_at_first_failure = false;
   CaseGenerator generator;                 // required
@@ -91,6 +92,7 @@ struct FuzzResult {
   std::int64_t cases = 0;  // cases this shard generated
   std::vector<FuzzFailure> failures;
   std::int64_t failures_total = 0;  // counted, including those not saved
+  std::int64_t failures_not_saved = 0;  // beyond max_saved_failures: counted, not listed
   std::map<std::string, ImplementationTally> tallies;
   double seconds = 0;
   bool interrupted = false;

@@ -135,6 +135,8 @@ TEST_CASE("an interrupted campaign keeps its failures and reports the interrupt"
   CHECK(result.cases == 200);
   REQUIRE(result.failures_total >= 1);
   CHECK(result.failures.front().saved);
+  CHECK(result.failures.size() == 1);  // max_saved_failures
+  CHECK(result.failures_total == 1 + result.failures_not_saved);
   const nlohmann::json j = result.to_json(options);
   CHECK(j["interrupted"] == true);
   CHECK(j["failures"].size() == result.failures.size());

@@ -321,7 +321,9 @@ int fuzz_command(const Args& args, const std::string& command, const std::string
   write_text_file(json_path, result.to_json(options).dump(2) + "\n");
   std::cout << "fuzz: " << result.cases << " cases in " << result.seconds << " s (" << result.stop_reason << "), "
             << result.failures_total << " failures";
-  if (result.failures_total > 0) std::cout << " (" << result.failures.size() << " listed)";
+  if (result.failures_not_saved > 0)
+    std::cout << " (" << result.failures.size() << " saved, " << result.failures_not_saved
+              << " more counted only: --max-failures)";
   std::cout << "\n";
   for (const auto& [name, t] : result.tallies)
     std::cout << "  " << name << ": " << t.pass << " pass, " << t.fail << " fail, " << t.error << " error, " << t.skipped
