@@ -432,43 +432,40 @@ struct Tile {
   }
 };
 
-// Where one item's tokens and state live: its token range and its state row (dense: the
-// sequence; cache: the slot, -1 padding). Loaded one item ahead (see the kernel).
-struct ItemHead {
-  std::int64_t bos, eos, row;
-};
-
-__device__ __forceinline__ ItemHead fetch_head(const RecurrentParams& p, std::int64_t item) {
-  const int n = int(item / p.num_tiles / p.HV);
-  ItemHead head;
-  if (p.cu_seqlens == nullptr) {
-    head.bos = n * p.tokens_per_sequence;
-    head.eos = head.bos + p.tokens_per_sequence;
-  } else if (p.cu_seqlens_64) {
-    head.bos = static_cast<const std::int64_t*>(p.cu_seqlens)[n];
-    head.eos = static_cast<const std::int64_t*>(p.cu_seqlens)[n + 1];
-  } else {
-    head.bos = static_cast<const std::int32_t*>(p.cu_seqlens)[n];
-    head.eos = static_cast<const std::int32_t*>(p.cu_seqlens)[n + 1];
-  }
-  head.row = p.use_cache ? std::int64_t(p.state_indices[n]) : std::int64_t(n);
-  return head;
-}
-
-// The whole recurrence of one item (sequence, value head, V tile) on one warp.
 template <class In, int COL_LANES, int RPL, bool ALIGNED>
-__device__ __forceinline__ void process_item(const RecurrentParams& p, int lane, std::int64_t item,
-                                             const ItemHead& head) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   using TileT = Tile<In, COL_LANES, RPL, ALIGNED>;
+  const int lane = threadIdx.x & 31;
+  const std::int64_t item = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  // Whole warps leave together: every shuffle below runs with all 32 lanes.
+  if (item >= p.items) return;
+  if (p.status != nullptr && *p.status != 0) return;
   const int tile = int(item % p.num_tiles);
-  const int j = int((item / p.num_tiles) % p.HV);
-  const std::int64_t bos = head.bos, eos = head.eos, row = head.row;
+  const std::int64_t nj = item / p.num_tiles;
+  const int j = int(nj % p.HV);
+  const int n = int(nj / p.HV);
+
+  std::int64_t bos, eos;
+  if (p.cu_seqlens == nullptr) {
+    bos = n * p.tokens_per_sequence;
+    eos = bos + p.tokens_per_sequence;
+  } else if (p.cu_seqlens_64) {
+    bos = static_cast<const std::int64_t*>(p.cu_seqlens)[n];
+    eos = static_cast<const std::int64_t*>(p.cu_seqlens)[n + 1];
+  } else {
+    bos = static_cast<const std::int32_t*>(p.cu_seqlens)[n];
+    eos = static_cast<const std::int32_t*>(p.cu_seqlens)[n + 1];
+  }
 
   const TileT tl(p, lane, tile, j);
   const std::int64_t state_elems = std::int64_t(p.K) * p.V;
+  // The first token does not depend on the slot: its loads go out before the slot lookup and
+  // the state loads, so decode waits for one dependent load (the index), not three.
   Token<In, RPL> cur;
   if (bos < eos) tl.load_token(bos, cur);
+  std::int64_t row = n;
   if (p.use_cache) {
+    row = p.state_indices[n];
     if (row == -1) {
       // Padding (§5): read and write nothing in the cache; output rows are zeros.
       const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
@@ -495,19 +492,21 @@ __device__ __forceinline__ void process_item(const RecurrentParams& p, int lane,
     for (int i = 0; i < RPL; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
   }
 
-  // The next token's inputs are loaded before the current token's arithmetic so that their
-  // latency overlaps it (the chain through the state is serial in t).
-  for (std::int64_t t = bos; t < eos; ++t) {
-    Token<In, RPL> next;
-    const bool has_next = t + 1 < eos;
-    if (RPL <= 16 && has_next) tl.load_token(t + 1, next);
-    float o[4];
-    tl.step(cur, s, o);
-    tl.store_o(t, o);
-    if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), s);
-    if (has_next) {
-      if (RPL <= 16) cur = next;
-      else tl.load_token(t + 1, cur);
+  if (bos < eos) {
+    // The next token's inputs are loaded before the current token's arithmetic so that their
+    // latency overlaps it (the chain through the state is serial in t).
+    for (std::int64_t t = bos; t < eos; ++t) {
+      Token<In, RPL> next;
+      const bool has_next = t + 1 < eos;
+      if (RPL <= 16 && has_next) tl.load_token(t + 1, next);
+      float o[4];
+      tl.step(cur, s, o);
+      tl.store_o(t, o);
+      if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), s);
+      if (has_next) {
+        if (RPL <= 16) cur = next;
+        else tl.load_token(t + 1, cur);
+      }
     }
   }
 
@@ -517,61 +516,13 @@ __device__ __forceinline__ void process_item(const RecurrentParams& p, int lane,
   }
 }
 
-// Each warp takes items warp, warp + stride, ... (stride = all warps of the grid). The grid is
-// either one warp per item (prefill: the block scheduler balances varlen work) or as many
-// blocks as fit on the GPU at once (decode: equal items). The next item's token range and
-// slot index are loaded before the current item's work, so the slot lookup's latency is not
-// paid in series with the state loads. Scheduling only: an item's arithmetic is the same
-// whatever the grid, so bits do not change with it.
-template <class In, int COL_LANES, int RPL, bool ALIGNED>
-// Three blocks (12 warps) per SM where 168 registers hold it without spills (16-bit inputs up
-// to 16 rows per lane, fp32 inputs up to 8; the persistent loop would otherwise take ~190 and
-// fit two). Larger tiles need all 255.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, (sizeof(In) == 2 ? RPL <= 16 : RPL <= 8) ? 3 : 1)
-    recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t stride = std::int64_t(gridDim.x) * kWarpsPerBlock;
-  std::int64_t item = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  // Whole warps leave together: every shuffle runs with all 32 lanes.
-  if (item >= p.items) return;
-  if (p.status != nullptr && *p.status != 0) return;
-  ItemHead head = fetch_head(p, item);
-  for (;;) {
-    const std::int64_t next_item = item + stride;
-    const bool more = next_item < p.items;
-    ItemHead next_head{};
-    if (more) next_head = fetch_head(p, next_item);
-    process_item<In, COL_LANES, RPL, ALIGNED>(p, lane, item, head);
-    if (!more) break;
-    item = next_item;
-    head = next_head;
-  }
-}
-
-// Blocks of this kernel that are resident on the whole GPU at once (cached per instance;
-// device 0's properties at the first launch).
-template <class Kernel>
-std::int64_t resident_blocks(Kernel kernel) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpsPerBlock * 32, 0);
-  return std::int64_t(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
-}
-
-template <class In, int COL_LANES, int RPL, bool ALIGNED>
-void launch_aligned(const RecurrentParams& params, cudaStream_t stream) {
-  auto kernel = recurrent_kernel<In, COL_LANES, RPL, ALIGNED>;
-  static const std::int64_t resident = resident_blocks(kernel);
-  std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (params.cu_seqlens == nullptr && blocks > resident) blocks = resident;  // decode: persistent
-  kernel<<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
-}
-
 template <class In, int COL_LANES, int RPL>
 void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
-  if (params.vector_k && params.vector_v) launch_aligned<In, COL_LANES, RPL, true>(params, stream);
-  else launch_aligned<In, COL_LANES, RPL, false>(params, stream);
+  const std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (params.vector_k && params.vector_v)
+    recurrent_kernel<In, COL_LANES, RPL, true><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
+  else
+    recurrent_kernel<In, COL_LANES, RPL, false><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
 }
 
 // The instantiated (COL_LANES, RPL) set: COL_LANES 2 reaches K = 256 with RPL 16; 4 reaches
