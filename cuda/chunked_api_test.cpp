@@ -1,0 +1,202 @@
+// Host-side rules of the chunked prefill: every unsupported option is rejected before any CUDA
+// call, with a ProblemError naming the argument. No GPU needed: validation never dereferences
+// the pointers, so host addresses carved from one buffer stand in for device memory.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "cuda/chunked_prefill.hpp"
+
+using namespace gdn;
+using namespace gdn::cuda;
+
+namespace {
+
+// Disjoint, 256-byte aligned stand-in addresses for every tensor a problem uses.
+struct FakeTensors {
+  std::vector<unsigned char> arena;
+  std::size_t used = 0;
+  DeviceTensors t;
+
+  void* take(std::int64_t bytes) {
+    const std::size_t base = (reinterpret_cast<std::uintptr_t>(arena.data()) + 255) / 256 * 256 -
+                             reinterpret_cast<std::uintptr_t>(arena.data());
+    void* p = arena.data() + base + used;
+    used += (static_cast<std::size_t>(bytes) + 255) / 256 * 256 + 256;
+    REQUIRE(base + used <= arena.size());
+    return p;
+  }
+
+  explicit FakeTensors(const Problem& p) : arena(std::size_t(64) << 20) {
+    const std::int64_t in = static_cast<std::int64_t>(dtype_size(p.input_dtype));
+    const std::int64_t gate = static_cast<std::int64_t>(dtype_size(p.gate_dtype));
+    t.q = take(p.T * p.H * p.K * in);
+    t.k = take(p.T * p.H * p.K * in);
+    t.v = take(p.T * p.HV * p.V * in);
+    if (p.gate_mode == GateMode::direct) {
+      t.g = take(p.T * p.HV * gate);
+      t.beta = take(p.T * p.HV * gate);
+    } else {
+      t.a = take(p.T * p.HV * gate);
+      t.b = take(p.T * p.HV * gate);
+      t.A_log = static_cast<const float*>(take(p.HV * 4));
+      t.dt_bias = static_cast<const float*>(take(p.HV * 4));
+    }
+    const std::int64_t state = shape_numel(p.state_shape()) * 4;
+    if (p.uses_state_cache()) {
+      t.state_cache = static_cast<float*>(take(state));
+      t.state_indices = static_cast<const std::int32_t*>(take(p.N() * 4));
+    } else {
+      if (p.has_h0) t.h0 = static_cast<const float*>(take(state));
+      if (p.has_hT) t.hT = static_cast<float*>(take(state));
+    }
+    if (p.store_intermediate_states) t.intermediate = static_cast<float*>(take(shape_numel(p.intermediate_shape()) * 4));
+    t.cu_seqlens = take((p.N() + 1) * 4);
+    t.o = take(p.T * p.HV * p.V * in);
+  }
+};
+
+Problem base() {
+  Problem p = Problem::packed({5, 64, 0, 130}, 2, 4, 128, 128);
+  p.input_dtype = DType::bf16;
+  p.use_qk_l2norm = true;
+  p.has_h0 = true;
+  p.has_hT = true;
+  return p;
+}
+
+void require_rejected(const Problem& p, const std::string& argument, const ChunkedOptions& options = {}) {
+  FakeTensors f(p);
+  try {
+    validate_chunked_prefill(p, f.t, options);
+    FAIL("accepted: " << p.describe());
+  } catch (const ProblemError& e) {
+    CHECK(e.argument() == argument);
+  }
+  if (options.value_tile == 0 && options.debug == nullptr) {
+    std::string why;
+    CHECK_FALSE(chunked_prefill_supports(p, &why));
+    CHECK(why.find(argument) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("chunked api: a supported problem passes the host checks", "[chunked][api]") {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    Problem p = base();
+    p.input_dtype = dtype;
+    FakeTensors f(p);
+    CHECK_NOTHROW(validate_chunked_prefill(p, f.t));
+    CHECK(chunked_prefill_supports(p));
+  }
+  Problem fused = base();
+  fused.gate_mode = GateMode::fused;
+  fused.allow_negative_eigenvalues = true;
+  fused.K = 48;
+  fused.V = 256;
+  FakeTensors f(fused);
+  CHECK_NOTHROW(validate_chunked_prefill(fused, f.t));
+}
+
+TEST_CASE("chunked api: unsupported options are rejected naming the argument", "[chunked][api]") {
+  Problem cache = base();
+  cache.state_slots = 6;
+  require_rejected(cache, "state_slots");
+
+  Problem vmajor = base();
+  vmajor.state_layout = StateLayout::v_major;
+  require_rejected(vmajor, "state_layout");
+
+  Problem intermediate = base();
+  intermediate.store_intermediate_states = true;
+  require_rejected(intermediate, "store_intermediate_states");
+
+  for (int K : {20, 8, 144, 256}) {
+    Problem p = base();
+    p.K = K;
+    require_rejected(p, "K");
+  }
+  for (int V : {40, 8, 272}) {
+    Problem p = base();
+    p.V = V;
+    require_rejected(p, "V");
+  }
+  Problem f64 = base();
+  f64.input_dtype = DType::f64;
+  f64.gate_dtype = DType::f64;
+  {
+    DeviceTensors none;
+    try {
+      validate_chunked_prefill(f64, none);
+      FAIL("accepted f64");
+    } catch (const ProblemError& e) {
+      CHECK(e.argument() == "input_dtype");
+    }
+  }
+}
+
+TEST_CASE("chunked api: value tile and debug options are checked", "[chunked][api]") {
+  ChunkedOptions odd;
+  odd.value_tile = 48;
+  require_rejected(base(), "value_tile", odd);
+
+  Problem f32 = base();
+  f32.input_dtype = DType::f32;
+  ChunkedOptions wide;
+  wide.value_tile = 64;  // fp32 operands: tiles of 16 and 32 only
+  require_rejected(f32, "value_tile", wide);
+
+  Problem narrow = base();
+  narrow.V = 64;
+  ChunkedOptions big;
+  big.value_tile = 128;  // does not divide V
+  require_rejected(narrow, "value_tile", big);
+
+  ChunkedDebug partial;
+  ChunkedOptions debug;
+  debug.debug = &partial;
+  require_rejected(base(), "debug", debug);
+}
+
+TEST_CASE("chunked api: a null or misaligned tensor is caught by the shared rules", "[chunked][api]") {
+  Problem p = base();
+  FakeTensors f(p);
+  DeviceTensors t = f.t;
+  t.v = nullptr;
+  try {
+    validate_chunked_prefill(p, t);
+    FAIL("accepted null v");
+  } catch (const ProblemError& e) {
+    CHECK(e.argument() == "v");
+  }
+  t = f.t;
+  t.q = static_cast<const unsigned char*>(f.t.q) + 2;
+  try {
+    validate_chunked_prefill(p, t);
+    FAIL("accepted misaligned q");
+  } catch (const ProblemError& e) {
+    CHECK(e.argument() == "q");
+  }
+}
+
+TEST_CASE("chunked api: the V tile fills 132 SMs on the issue's shapes; counters", "[chunked][api]") {
+  auto shape = [](int sequences, std::int64_t length, int H, int HV) {
+    Problem p = Problem::fixed_length(sequences, length, H, HV, 128, 128);
+    p.input_dtype = DType::bf16;
+    return p;
+  };
+  // 128 (sequence, head) pairs: one wave of full-width blocks beats two waves of half ones.
+  CHECK(chunked_value_tile(shape(4, 8192, 16, 32), 132) == 128);
+  // 32 pairs: four tiles each (128 blocks); 8 pairs: eight tiles of 16 (64 blocks, the narrowest).
+  CHECK(chunked_value_tile(shape(1, 32768, 16, 32), 132) == 32);
+  CHECK(chunked_value_tile(shape(1, 32768, 2, 8), 132) == 16);
+  Problem f32 = shape(1, 1000, 2, 8);
+  f32.input_dtype = DType::f32;
+  CHECK(chunked_value_tile(f32, 132) <= 32);
+  // 4 C (K + V) + 6 K V per token per value head at C = 64, K = V = 128.
+  CHECK(chunked_flops(shape(1, 1, 1, 1)) == 163840.0);
+  std::vector<std::int64_t> offsets;
+  CHECK(chunked_chunk_offsets(Problem::packed({0, 1, 64, 65, 129}, 1, 1, 16, 16), &offsets) == 7);
+  CHECK(offsets == std::vector<std::int64_t>{0, 0, 1, 2, 4});
+}

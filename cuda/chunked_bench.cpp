@@ -1,0 +1,104 @@
+// Chunked prefill benchmark on the issue's shapes (issue 4): bf16 q/k/v, fp32 g/beta, K = V =
+// 128, in-kernel l2norm, dense fp32 h0 read and hT written. CUDA-event time of one launch per
+// iteration (host-side checks included, as in the recurrent benchmarks), median-friendly
+// repetitions via Google Benchmark's manual time. Counters: tokens/s, TFLOP/s (chunked_flops:
+// 4 C (K + V) + 6 K V per token per value head), minimal bytes over time as a fraction of the
+// device-to-device copy bandwidth measured by the same binary, and the V tile used.
+// Args: shape index (see kShapes), value tile (0: automatic).
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "cuda/bench_common.hpp"
+#include "cuda/chunked_prefill.hpp"
+
+namespace {
+
+using namespace gdn;
+using namespace gdn::cuda;
+
+struct Shape {
+  const char* name;
+  int H, HV;
+  std::vector<std::int64_t> lengths;
+};
+
+std::vector<std::int64_t> repeat(int n, std::int64_t length) { return std::vector<std::int64_t>(static_cast<std::size_t>(n), length); }
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> all{
+      {"qwen3next_4x8192", 16, 32, repeat(4, 8192)},
+      {"qwen3next_1x32768", 16, 32, repeat(1, 32768)},
+      {"qwen35_4x8192", 16, 64, repeat(4, 8192)},
+      {"lowpar_1x32768", 2, 8, repeat(1, 32768)},
+      {"varlen_pack", 16, 32, {1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129}},
+      {"qwen3next_8x4096", 16, 32, repeat(8, 4096)},
+  };
+  return all;
+}
+
+Problem problem_of(const Shape& s) {
+  Problem p = Problem::packed(s.lengths, s.H, s.HV, 128, 128);
+  p.input_dtype = DType::bf16;
+  p.gate_dtype = DType::f32;
+  p.use_qk_l2norm = true;
+  p.has_h0 = true;
+  p.has_hT = true;
+  return p;
+}
+
+void BM_chunked(benchmark::State& state) {
+  const Shape& shape = shapes().at(static_cast<std::size_t>(state.range(0)));
+  ChunkedOptions options;
+  options.value_tile = static_cast<int>(state.range(1));
+  const Problem p = problem_of(shape);
+  state.SetLabel(shape.name);
+  static std::map<std::size_t, std::unique_ptr<bench::DeviceProblem>> devices;
+  auto& device = devices[static_cast<std::size_t>(state.range(0))];
+  if (!device) {
+    devices.clear();  // one shape's buffers at a time
+    device = std::make_unique<bench::DeviceProblem>(p, 7);
+  }
+  const DeviceTensors t = device->tensors();
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  chunked_prefill(p, t, stream, options);  // warm-up
+  check_cuda(cudaStreamSynchronize(stream), "warm-up");
+  bench::EventTimer timer(stream);
+  double total = 0;
+  for (auto _ : state) {
+    timer.start();
+    chunked_prefill(p, t, stream, options);
+    const double seconds = timer.stop();
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  const double per = total / double(std::max<std::int64_t>(state.iterations(), 1));
+  int device_id = 0, sms = 0;
+  check_cuda(cudaGetDevice(&device_id), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_id), "attribute");
+  state.counters["T"] = double(p.T);
+  state.counters["ms"] = per * 1e3;
+  state.counters["tokens_per_s"] = double(p.T) / per;
+  state.counters["TFLOPs"] = chunked_flops(p) / per * 1e-12;
+  state.counters["GBps"] = chunked_min_bytes(p) / per * 1e-9;
+  state.counters["fraction_of_copy"] = chunked_min_bytes(p) / per / bench::copy_bandwidth();
+  state.counters["value_tile"] = options.value_tile != 0 ? options.value_tile : chunked_value_tile(p, sms);
+  cudaStreamDestroy(stream);
+}
+
+void arguments(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"shape", "value_tile"});
+  for (std::size_t i = 0; i < shapes().size(); ++i) b->Args({std::int64_t(i), 0});
+  // Tile sweep on the two Qwen3-Next shapes: what the automatic choice is worth.
+  for (int tile : {32, 64, 128}) b->Args({0, tile});
+  for (int tile : {16, 64}) b->Args({1, tile});
+  b->Args({3, 32});
+}
+
+}  // namespace
+
+BENCHMARK(BM_chunked)->Apply(arguments)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
+GDN_BENCHMARK_MAIN()

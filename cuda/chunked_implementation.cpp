@@ -1,0 +1,264 @@
+#include "cuda/chunked_implementation.hpp"
+
+#include <Eigen/Core>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "cuda/device_buffer.hpp"
+
+namespace gdn::cuda {
+
+namespace {
+
+// Canary zone on each side of every buffer; 256 keeps the payload's 256-byte alignment.
+constexpr std::size_t kGuard = 256;
+constexpr unsigned char kCanary = 0xA5;
+
+class GuardedBuffer {
+ public:
+  GuardedBuffer(std::string name, std::size_t bytes) : name_(std::move(name)), bytes_(bytes), storage_(bytes + 2 * kGuard) {
+    check_cuda(cudaMemset(storage_.data(), kCanary, storage_.size()), "cudaMemset(canary)");
+  }
+  void* data() { return storage_.data() + kGuard; }
+  void upload(const void* host) {
+    if (bytes_ > 0) check_cuda(cudaMemcpy(data(), host, bytes_, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  }
+  void fill(int byte) {
+    if (bytes_ > 0) check_cuda(cudaMemset(data(), byte, bytes_), "cudaMemset");
+  }
+  std::vector<unsigned char> download() {
+    std::vector<unsigned char> host(bytes_);
+    if (bytes_ > 0) check_cuda(cudaMemcpy(host.data(), data(), bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    return host;
+  }
+  void check_canaries() const {
+    const std::vector<unsigned char> all = storage_.download();
+    for (std::size_t i = 0; i < kGuard; ++i)
+      if (all[i] != kCanary || all[kGuard + bytes_ + i] != kCanary)
+        throw std::runtime_error("gdn::cuda: canary around '" + name_ +
+                                 "' overwritten: the chunked kernel wrote outside the buffer");
+  }
+
+ private:
+  std::string name_;
+  std::size_t bytes_;
+  DeviceBuffer<unsigned char> storage_;
+};
+
+std::vector<unsigned char> encode(const HostTensor<double>& t, DType dtype) {
+  std::vector<unsigned char> out(static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const float x = static_cast<float>(t[i]);
+    switch (dtype) {
+      case DType::f32: std::memcpy(out.data() + 4 * i, &x, 4); break;
+      case DType::bf16: {
+        const std::uint16_t bits = Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(x));
+        std::memcpy(out.data() + 2 * i, &bits, 2);
+        break;
+      }
+      case DType::f16: {
+        const std::uint16_t bits = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x));
+        std::memcpy(out.data() + 2 * i, &bits, 2);
+        break;
+      }
+      default: throw std::runtime_error("gdn::cuda: unsupported dtype");
+    }
+  }
+  return out;
+}
+
+HostTensor<double> decode(const std::vector<unsigned char>& bytes, DType dtype, const Shape& shape) {
+  HostTensor<double> t(shape);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    switch (dtype) {
+      case DType::f32: {
+        float x;
+        std::memcpy(&x, bytes.data() + 4 * i, 4);
+        t[i] = x;
+        break;
+      }
+      case DType::bf16: {
+        std::uint16_t bits;
+        std::memcpy(&bits, bytes.data() + 2 * i, 2);
+        t[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits));
+        break;
+      }
+      case DType::f16: {
+        std::uint16_t bits;
+        std::memcpy(&bits, bytes.data() + 2 * i, 2);
+        t[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
+        break;
+      }
+      default: throw std::runtime_error("gdn::cuda: unsupported dtype");
+    }
+  }
+  return t;
+}
+
+GuardedBuffer& add_input(std::vector<GuardedBuffer>& all, const char* name, const HostTensor<double>& t, DType dtype) {
+  const std::vector<unsigned char> bytes = encode(t, dtype);
+  all.emplace_back(name, bytes.size());
+  all.back().upload(bytes.data());
+  return all.back();
+}
+
+GuardedBuffer& add_output(std::vector<GuardedBuffer>& all, const char* name, std::size_t bytes) {
+  all.emplace_back(name, bytes);
+  all.back().fill(0xFF);  // NaN in every dtype: an unwritten element fails
+  return all.back();
+}
+
+std::vector<float> as_floats(const std::vector<unsigned char>& bytes) {
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+}  // namespace
+
+std::string ChunkedPrefillKernel::name() const {
+  std::string n = "cuda.chunked_prefill";
+  if (options_.value_tile != 0) n += ".bv" + std::to_string(options_.value_tile);
+  if (cu_seqlens_type_ == IndexType::i64) n += ".cu64";
+  return n;
+}
+
+bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) const {
+  if (!chunked_prefill_supports(problem, why)) return false;
+  if (options_.value_tile != 0 &&
+      (problem.V % options_.value_tile != 0 || (problem.input_dtype == DType::f32 && options_.value_tile > 32))) {
+    if (why) *why = "value tile " + std::to_string(options_.value_tile) + " does not fit V = " + std::to_string(problem.V);
+    return false;
+  }
+  return true;
+}
+
+Outputs<double> ChunkedPrefillKernel::run(const Problem& problem, const Inputs& inputs) {
+  return run_impl(problem, inputs, nullptr);
+}
+
+Outputs<double> ChunkedPrefillKernel::run_traced(const Problem& problem, const Inputs& inputs, KernelTrace* trace) {
+  return run_impl(problem, inputs, trace);
+}
+
+Outputs<double> ChunkedPrefillKernel::run_impl(const Problem& problem, const Inputs& inputs, KernelTrace* trace) {
+  validate(problem, inputs);
+  std::vector<GuardedBuffer> buffers;
+  buffers.reserve(24);  // stable addresses: references into the vector are held below
+  DeviceTensors t;
+  const DType in = problem.input_dtype, gate = problem.gate_dtype;
+  t.q = add_input(buffers, "q", inputs.q, in).data();
+  t.k = add_input(buffers, "k", inputs.k, in).data();
+  t.v = add_input(buffers, "v", inputs.v, in).data();
+  if (problem.gate_mode == GateMode::direct) {
+    t.g = add_input(buffers, "g", inputs.g, gate).data();
+    t.beta = add_input(buffers, "beta", inputs.beta, gate).data();
+  } else {
+    t.a = add_input(buffers, "a", inputs.a, gate).data();
+    t.b = add_input(buffers, "b", inputs.b, gate).data();
+    t.A_log = static_cast<const float*>(add_input(buffers, "A_log", inputs.A_log, DType::f32).data());
+    t.dt_bias = static_cast<const float*>(add_input(buffers, "dt_bias", inputs.dt_bias, DType::f32).data());
+  }
+  const Shape state_shape = problem.state_shape();
+  const std::size_t state_bytes = static_cast<std::size_t>(shape_numel(state_shape)) * 4;
+  if (problem.has_h0) t.h0 = static_cast<const float*>(add_input(buffers, "h0", inputs.h0, DType::f32).data());
+  GuardedBuffer* hT = nullptr;
+  if (problem.has_hT) {
+    hT = &add_output(buffers, "hT", state_bytes);
+    t.hT = static_cast<float*>(hT->data());
+  }
+  if (cu_seqlens_type_ == IndexType::i64) {
+    buffers.emplace_back("cu_seqlens", problem.cu_seqlens.size() * 8);
+    buffers.back().upload(problem.cu_seqlens.data());
+  } else {
+    std::vector<std::int32_t> cu(problem.cu_seqlens.begin(), problem.cu_seqlens.end());
+    buffers.emplace_back("cu_seqlens", cu.size() * 4);
+    buffers.back().upload(cu.data());
+  }
+  t.cu_seqlens = buffers.back().data();
+  t.cu_seqlens_type = cu_seqlens_type_;
+  const Shape o_shape = problem.v_shape();
+  GuardedBuffer& o = add_output(buffers, "o", static_cast<std::size_t>(shape_numel(o_shape)) * dtype_size(in));
+  t.o = o.data();
+
+  ChunkedOptions options = options_;
+  ChunkedDebug debug;
+  std::vector<std::int64_t> offsets;
+  GuardedBuffer *dA = nullptr, *dT = nullptr, *dVnew = nullptr, *dS0 = nullptr, *dS_end = nullptr;
+  if (trace) {
+    const std::int64_t chunks = chunked_chunk_offsets(problem, &offsets);
+    const std::size_t C = kChunkSize, HV = problem.HV, K = problem.K, V = problem.V;
+    const std::size_t n = static_cast<std::size_t>(chunks);
+    buffers.emplace_back("chunk_offsets", offsets.size() * 8);
+    buffers.back().upload(offsets.data());
+    debug.chunk_offsets = static_cast<const std::int64_t*>(buffers.back().data());
+    debug.total_chunks = chunks;
+    dA = &add_output(buffers, "debug.A", n * HV * C * C * 4);
+    dT = &add_output(buffers, "debug.T", n * HV * C * C * 4);
+    dVnew = &add_output(buffers, "debug.Vnew", n * HV * C * V * 4);
+    dS0 = &add_output(buffers, "debug.S0", n * HV * K * V * 4);
+    dS_end = &add_output(buffers, "debug.S_end", n * HV * K * V * 4);
+    debug.A = static_cast<float*>(dA->data());
+    debug.T = static_cast<float*>(dT->data());
+    debug.Vnew = static_cast<float*>(dVnew->data());
+    debug.S0 = static_cast<float*>(dS0->data());
+    debug.S_end = static_cast<float*>(dS_end->data());
+    options.debug = &debug;
+  } else {
+    options.debug = nullptr;
+  }
+
+  chunked_prefill(problem, t, nullptr, options);
+  check_cuda(cudaDeviceSynchronize(), "chunked kernel execution");
+  for (const GuardedBuffer& b : buffers) b.check_canaries();
+
+  Outputs<double> out;
+  out.o = decode(o.download(), in, o_shape);
+  if (hT) out.hT = decode(hT->download(), DType::f32, state_shape);
+
+  if (trace) {
+    const std::vector<float> A = as_floats(dA->download()), T = as_floats(dT->download());
+    const std::vector<float> Vn = as_floats(dVnew->download());
+    const std::vector<float> S0 = as_floats(dS0->download()), Se = as_floats(dS_end->download());
+    const int C = kChunkSize, HV = problem.HV, K = problem.K, V = problem.V;
+    trace->records.clear();
+    for (int n = 0; n < problem.N(); ++n) {
+      for (int j = 0; j < HV; ++j) {
+        int chunk = 0;
+        for (std::int64_t start = problem.seq_begin(n); start < problem.seq_begin(n) + problem.seq_len(n);
+             start += C, ++chunk) {
+          const int c = static_cast<int>(std::min<std::int64_t>(C, problem.seq_begin(n) + problem.seq_len(n) - start));
+          const std::size_t id = static_cast<std::size_t>(offsets[static_cast<std::size_t>(n)] + chunk) * HV + j;
+          reference::ChunkRecord<double> r;
+          r.sequence = n;
+          r.head = j;
+          r.chunk = chunk;
+          r.begin = start;
+          r.length = c;
+          r.A.resize(c, c);
+          r.T.resize(c, c);
+          r.Vnew.resize(c, V);
+          r.S0.resize(K, V);
+          r.S_end.resize(K, V);
+          for (int i = 0; i < c; ++i)
+            for (int q = 0; q < c; ++q) {
+              r.A(i, q) = A[id * C * C + std::size_t(i) * C + q];
+              r.T(i, q) = T[id * C * C + std::size_t(i) * C + q];
+            }
+          for (int i = 0; i < c; ++i)
+            for (int v = 0; v < V; ++v) r.Vnew(i, v) = Vn[id * C * V + std::size_t(i) * V + v];
+          for (int k = 0; k < K; ++k)
+            for (int v = 0; v < V; ++v) {
+              r.S0(k, v) = S0[id * K * V + std::size_t(k) * V + v];
+              r.S_end(k, v) = Se[id * K * V + std::size_t(k) * V + v];
+            }
+          trace->records.push_back(std::move(r));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace gdn::cuda

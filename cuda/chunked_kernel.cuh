@@ -1,0 +1,720 @@
+#pragma once
+// The chunked (WY) forward of spec §4 on the GPU, one block per (sequence, value head, V tile),
+// looping over the sequence's chunks of 64 tokens with the K x BV slice of the state in
+// registers (fp32). Every chunk is computed from the raw inputs in place:
+//
+//   gamma      segmented inclusive scan of g (restarting at reset tokens, exp(g) == 0, like the
+//              chunked reference), e_start = exp(gamma), e_end = exp(gamma_c - gamma)
+//   r_q, r_k   1/|q|, 1/|k| (l2norm) or 1; the matrix operands stay the raw q, k, exactly as
+//              stored, and the norms are applied as fp32 row/column scales in the epilogues:
+//              no rounding of normalised vectors to the input dtype
+//   A          beta_i e^(gamma_i - gamma_j) r_i r_j (k_i . k_j), strictly lower   (fp32)
+//   P          e^(gamma_i - gamma_j) r^q_i r_j (q_i . k_j), lower incl. diagonal (input dtype)
+//   X          diag(beta) (V - diag(e_start r) K S0)                    (fp32, then input dtype)
+//   T          (I + A)^-1: four 16x16 diagonal blocks by forward substitution, then block
+//              merges T_ij = -T_ii sum_k A_ik T_kj in three levels                   (fp32)
+//   Vnew       T X  (= U - W S0 of the spec: the same algebra without forming W or U)
+//   O          scale (diag(e_start r^q) Q S0 + P Vnew)
+//   S_end      e_start(c) S0 + K^T diag(e_end r) Vnew
+//
+// Matrix products: bf16/fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulation);
+// the state operand S0 is split into hi + lo in the input dtype (two products), so the state
+// read keeps about 16 bits instead of 8 (bf16). fp32 inputs use plain fp32 FMAs in the same
+// fragment layout (no TF32). Each output element is reduced over k in one fixed order that does
+// not depend on the V tile, the warp layout or the batch: the V tile (chosen from the batch
+// shape) changes no bit of any output. No atomics.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/chunked_params.hpp"
+
+namespace gdn::cuda::detail::chunked {
+
+constexpr int kC = kChunkedChunk;
+constexpr int kThreads = kChunkedThreads;
+
+template <class E>
+struct Elem;
+template <>
+struct Elem<float> {
+  static constexpr bool tensor = false;
+  static constexpr int pad = 4;  // elements of row padding (16 bytes)
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  static constexpr bool tensor = true;
+  static constexpr int pad = 8;
+};
+template <>
+struct Elem<__half> {
+  static constexpr bool tensor = true;
+  static constexpr int pad = 8;
+};
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+template <class E>
+__device__ __forceinline__ E from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+// Two adjacent elements (4- or 8-byte aligned), rounded to nearest.
+__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store2(__half* p, float a, float b) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+}
+
+__device__ __forceinline__ float read_scalar(const void* base, int type, std::int64_t i) {
+  switch (type) {
+    case 1: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case 2: return __half2float(static_cast<const __half*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+__device__ __forceinline__ std::int64_t seq_boundary(const ChunkedParams& p, int n) {
+  return p.cu_seqlens_64 ? static_cast<const std::int64_t*>(p.cu_seqlens)[n]
+                         : static_cast<std::int64_t>(static_cast<const std::int32_t*>(p.cu_seqlens)[n]);
+}
+
+// ----- asynchronous copies and tensor-core primitives --------------------------------------
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(std::uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x2(std::uint32_t (&r)[2], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a) : "memory");
+}
+__device__ __forceinline__ void ldsm_x2_t(std::uint32_t (&r)[2], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(a)
+               : "memory");
+}
+
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2],
+                                    __nv_bfloat16) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2], __half) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ----- one warp's part of a block matrix product --------------------------------------------
+// acc[MT][NT] (16 x 8 tiles in the mma accumulator layout: element pairs (row g, cols 2t, 2t+1)
+// and (row g + 8, same cols), g = lane / 4, t = lane % 4) += A B over KSTEPS * 16 of k, for the
+// warp's output origin (row0, col0). A(m, k) = A[m * lda + k], or A[k * lda + m] when A_TRANS;
+// B(k, n) = B[n * ldb + k], or B[k * ldb + n] when B_KN. The k order is fixed: 16-wide steps
+// in increasing k (fp32: single k in increasing order), whatever MT, NT and the origin are.
+template <int MT, int NT, int KSTEPS, bool A_TRANS, bool B_KN, class E>
+__device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const E* A, int lda, const E* B, int ldb,
+                                          int row0, int col0, int lane) {
+  if constexpr (Elem<E>::tensor) {
+    const int i = lane >> 3, r = lane & 7;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      const int k0 = ks * 16;
+      std::uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int m0 = row0 + mt * 16;
+        if constexpr (!A_TRANS) {
+          ldsm_x4(af[mt], A + (m0 + (lane & 15)) * lda + k0 + ((lane >> 4) << 3));
+        } else {
+          ldsm_x4_t(af[mt], A + (k0 + r + ((i >> 1) << 3)) * lda + m0 + ((i & 1) << 3));
+        }
+      }
+      std::uint32_t bf[NT][2];
+#pragma unroll
+      for (int nt = 0; nt + 1 < NT; nt += 2) {
+        const int n0 = col0 + nt * 8;
+        std::uint32_t tmp[4];
+        if constexpr (!B_KN) {
+          ldsm_x4(tmp, B + (n0 + r + ((i >> 1) << 3)) * ldb + k0 + ((i & 1) << 3));
+        } else {
+          ldsm_x4_t(tmp, B + (k0 + r + ((i & 1) << 3)) * ldb + n0 + ((i >> 1) << 3));
+        }
+        bf[nt][0] = tmp[0];
+        bf[nt][1] = tmp[1];
+        bf[nt + 1][0] = tmp[2];
+        bf[nt + 1][1] = tmp[3];
+      }
+      if constexpr (NT % 2 == 1) {
+        const int n0 = col0 + (NT - 1) * 8;
+        std::uint32_t tmp[2];
+        if constexpr (!B_KN) {
+          ldsm_x2(tmp, B + (n0 + r) * ldb + k0 + ((i & 1) << 3));
+        } else {
+          ldsm_x2_t(tmp, B + (k0 + r + ((i & 1) << 3)) * ldb + n0);
+        }
+        bf[NT - 1][0] = tmp[0];
+        bf[NT - 1][1] = tmp[1];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma(acc[mt][nt], af[mt], bf[nt], E{});
+    }
+  } else {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 4
+    for (int k = 0; k < KSTEPS * 16; ++k) {
+      float a[MT][2], b[NT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int m = row0 + mt * 16 + g;
+        a[mt][0] = A_TRANS ? A[k * lda + m] : A[m * lda + k];
+        a[mt][1] = A_TRANS ? A[k * lda + m + 8] : A[(m + 8) * lda + k];
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int n = col0 + nt * 8 + 2 * t;
+        b[nt][0] = B_KN ? B[k * ldb + n] : B[n * ldb + k];
+        b[nt][1] = B_KN ? B[k * ldb + n + 1] : B[(n + 1) * ldb + k];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          acc[mt][nt][0] = fmaf(a[mt][0], b[nt][0], acc[mt][nt][0]);
+          acc[mt][nt][1] = fmaf(a[mt][0], b[nt][1], acc[mt][nt][1]);
+          acc[mt][nt][2] = fmaf(a[mt][1], b[nt][0], acc[mt][nt][2]);
+          acc[mt][nt][3] = fmaf(a[mt][1], b[nt][1], acc[mt][nt][3]);
+        }
+    }
+  }
+}
+
+// Calls f(row, col, x0, x1) for every element pair (row, col), (row, col + 1) the lane holds.
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_pair(float (&acc)[MT][NT][4], int row0, int col0, int lane, F&& f) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        f(row0 + mt * 16 + g + 8 * half, col0 + nt * 8 + 2 * t, acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+}
+
+// ----- shared memory plan ------------------------------------------------------------------
+
+constexpr std::size_t align128(std::size_t x) { return (x + 127) / 128 * 128; }
+constexpr std::size_t max_size(std::size_t a, std::size_t b) { return a > b ? a : b; }
+
+template <class E, int KP, int BV>
+struct Plan {
+  static constexpr int pad = Elem<E>::pad;
+  static constexpr int ldk = KP + pad;   // q, k rows
+  static constexpr int ldv = BV + pad;   // v, state, X, Vnew rows
+  static constexpr int ldc = kC + pad;   // T, P rows (input dtype)
+  static constexpr int ldf = kC + 4;     // A, T rows (fp32)
+  static constexpr int ldy = 20;         // merge scratch rows (fp32)
+  static constexpr bool split = Elem<E>::tensor;  // state operand as hi + lo
+  static constexpr std::size_t es = sizeof(E);
+
+  static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
+  static constexpr std::size_t v_bytes = align128(std::size_t(kC) * ldv * es);
+  static constexpr std::size_t s_bytes = align128(std::size_t(KP) * ldv * es);
+  static constexpr std::size_t f_bytes = align128(std::size_t(kC) * ldf * 4);
+  static constexpr std::size_t r1_bytes = max_size(f_bytes, 2 * v_bytes);  // A | X, Vnew
+  static constexpr std::size_t r2_bytes = max_size(f_bytes, v_bytes);      // T (fp32) | Vnew decayed
+  static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
+  static constexpr std::size_t y_bytes = align128(3 * 16 * ldy * 4);
+  static constexpr std::size_t scalar_bytes = align128(8 * kC * 4);
+
+  static constexpr std::size_t off_q = 0;
+  static constexpr std::size_t off_k0 = off_q + q_bytes;
+  static constexpr std::size_t off_k1 = off_k0 + q_bytes;
+  static constexpr std::size_t off_v = off_k1 + q_bytes;
+  static constexpr std::size_t off_shi = off_v + v_bytes;
+  static constexpr std::size_t off_slo = off_shi + s_bytes;
+  static constexpr std::size_t off_r1 = off_slo + (split ? s_bytes : 0);
+  static constexpr std::size_t off_r2 = off_r1 + r1_bytes;
+  static constexpr std::size_t off_t = off_r2 + r2_bytes;
+  static constexpr std::size_t off_p = off_t + c_bytes;
+  static constexpr std::size_t off_y = off_p + c_bytes;
+  static constexpr std::size_t off_scalar = off_y + y_bytes;
+  static constexpr std::size_t bytes = off_scalar + scalar_bytes;
+  // Hopper: at most 227 KB of shared memory per block.
+  static_assert(bytes <= 227 * 1024, "shared-memory plan exceeds the per-block limit");
+};
+
+// ----- the kernel --------------------------------------------------------------------------
+
+__device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+template <class E, int KP, int BV>
+__global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedParams p) {
+  using L = Plan<E, KP, BV>;
+  static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
+  static_assert(BV % 16 == 0 && BV <= 128, "BV is 16, 32, 64 or 128");
+  constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc, ldf = L::ldf, ldy = L::ldy;
+  constexpr int MTS = KP / 64;  // state m-tiles per warp (4 warps down K)
+  constexpr int NTV = BV / 16;  // n-tiles per warp on BV (2 warps across)
+  extern __shared__ __align__(128) unsigned char smem[];
+  E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
+  E* const Ks0 = reinterpret_cast<E*>(smem + L::off_k0);
+  E* const Ks1 = reinterpret_cast<E*>(smem + L::off_k1);
+  E* const Vs = reinterpret_cast<E*>(smem + L::off_v);
+  E* const Shi = reinterpret_cast<E*>(smem + L::off_shi);
+  E* const Slo = reinterpret_cast<E*>(smem + L::off_slo);
+  float* const Af = reinterpret_cast<float*>(smem + L::off_r1);
+  E* const Xs = reinterpret_cast<E*>(smem + L::off_r1);
+  E* const Vns = reinterpret_cast<E*>(smem + L::off_r1 + L::v_bytes);
+  float* const Tf = reinterpret_cast<float*>(smem + L::off_r2);
+  E* const Vnds = reinterpret_cast<E*>(smem + L::off_r2);
+  E* const Ts = reinterpret_cast<E*>(smem + L::off_t);
+  E* const Ps = reinterpret_cast<E*>(smem + L::off_p);
+  float* const Ysc = reinterpret_cast<float*>(smem + L::off_y);
+  float* const gam = reinterpret_cast<float*>(smem + L::off_scalar);
+  float* const bet = gam + kC;
+  float* const rq = bet + kC;
+  float* const rk = rq + kC;
+  float* const est = rk + kC;   // e_start
+  float* const een = est + kC;  // e_end
+  int* const seg = reinterpret_cast<int*>(een + kC);
+  float* const chunk_decay = reinterpret_cast<float*>(seg + kC);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp & 3, wn = warp >> 2;
+  const int vt = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.value_tiles));
+  const int pair = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.value_tiles));
+  const int j = pair % p.HV, n = pair / p.HV;
+  const int h = j / p.group;
+  const int v0 = vt * BV;
+  const std::int64_t bos = seq_boundary(p, n), eos = seq_boundary(p, n + 1);
+  const int srow0 = wm * 16 * MTS, col0 = wn * (BV / 2), row0 = wm * 16;
+  const std::int64_t state_base = (static_cast<std::int64_t>(n) * p.HV + j) * p.K * p.V + v0;
+
+  float S[MTS][NTV][4];
+  for_each_pair(S, srow0, col0, lane, [&](int r, int c, float& x0, float& x1) {
+    x0 = x1 = 0.f;
+    if (p.has_h0 && r < p.K) {
+      const float2 s = *reinterpret_cast<const float2*>(p.h0 + state_base + static_cast<std::int64_t>(r) * p.V + c);
+      x0 = s.x;
+      x1 = s.y;
+    }
+  });
+  auto write_state_operand = [&]() {
+    for_each_pair(S, srow0, col0, lane, [&](int r, int c, float& x0, float& x1) {
+      store2(Shi + r * ldv + c, x0, x1);
+      if constexpr (L::split) {
+        const float h0v = to_float(from_float<E>(x0)), h1v = to_float(from_float<E>(x1));
+        store2(Slo + r * ldv + c, x0 - h0v, x1 - h1v);
+      }
+    });
+  };
+  write_state_operand();
+
+  const E* const qg = static_cast<const E*>(p.q);
+  const E* const kg = static_cast<const E*>(p.k);
+  const E* const vg = static_cast<const E*>(p.v);
+  auto issue_loads = [&](std::int64_t start, int c, E* Kdst) {
+    constexpr int per = 16 / sizeof(E);
+    constexpr int pieces_k = KP / per;
+    for (int idx = tid; idx < kC * pieces_k; idx += kThreads) {
+      const int row = idx / pieces_k, col = (idx % pieces_k) * per;
+      const bool ok = row < c && col < p.K;
+      const std::int64_t off = ok ? ((start + row) * p.H + h) * p.K + col : 0;
+      cp_async16(Qs + row * ldk + col, qg + off, ok);
+      cp_async16(Kdst + row * ldk + col, kg + off, ok);
+    }
+    constexpr int pieces_v = BV / per;
+    for (int idx = tid; idx < kC * pieces_v; idx += kThreads) {
+      const int row = idx / pieces_v, col = (idx % pieces_v) * per;
+      const bool ok = row < c;
+      const std::int64_t off = ok ? ((start + row) * p.HV + j) * p.V + v0 + col : 0;
+      cp_async16(Vs + row * ldv + col, vg + off, ok);
+    }
+    cp_async_commit();
+  };
+  // Raw gate inputs of the next chunk, two tokens per lane of warp 0.
+  float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
+  const void* const gsrc = p.fused_gates ? p.a : p.g;
+  const void* const bsrc = p.fused_gates ? p.b : p.beta;
+  auto load_gates = [&](std::int64_t start, int c) {
+    if (warp == 0) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 2 * lane + e;
+        graw[e] = braw[e] = 0.f;
+        if (i < c) {
+          const std::int64_t idx = (start + i) * p.HV + j;
+          graw[e] = read_scalar(gsrc, p.gate_type, idx);
+          braw[e] = read_scalar(bsrc, p.gate_type, idx);
+        }
+      }
+    }
+  };
+  const float A_log = p.fused_gates ? p.A_log[j] : 0.f;
+  const float dt_bias = p.fused_gates ? p.dt_bias[j] : 0.f;
+  const float decay_rate = p.fused_gates ? expf(A_log) : 0.f;
+
+  if (bos < eos) {
+    const int c = static_cast<int>(eos - bos < kC ? eos - bos : kC);
+    issue_loads(bos, c, Ks0);
+    load_gates(bos, c);
+  }
+
+  int chunk_index = 0;
+  for (std::int64_t start = bos; start < eos; start += kC, ++chunk_index) {
+    const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
+    E* const Kc = (chunk_index & 1) ? Ks1 : Ks0;
+    E* const Kn = (chunk_index & 1) ? Ks0 : Ks1;
+    const std::int64_t debug_chunk = p.chunk_offsets ? p.chunk_offsets[n] + chunk_index : 0;
+    cp_async_wait_all();
+    __syncthreads();
+
+    // --- phase 0: gates, cumulative decay, norms --------------------------------------------
+    if (warp == 0) {
+      float gv[2], bv[2];
+      bool reset[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool valid = 2 * lane + e < c;
+        if (p.fused_gates) {
+          gv[e] = valid ? -decay_rate * softplus(graw[e] + dt_bias) : 0.f;
+          bv[e] = valid ? (p.negative_eigenvalues ? 2.f : 1.f) / (1.f + expf(-braw[e])) : 0.f;
+        } else {
+          gv[e] = graw[e];
+          bv[e] = braw[e];
+        }
+        reset[e] = valid && expf(gv[e]) == 0.f;
+      }
+      // Segmented inclusive scan: a reset token starts a new segment at gamma = 0.
+      const float va = reset[0] ? 0.f : gv[0], vb = reset[1] ? 0.f : gv[1];
+      bool flag = reset[0] || reset[1];
+      float sum = reset[1] ? vb : va + vb;
+      int last_reset = reset[1] ? 2 * lane + 1 : (reset[0] ? 2 * lane : -1);
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const float so = __shfl_up_sync(0xffffffffu, sum, d);
+        const int fo = __shfl_up_sync(0xffffffffu, flag ? 1 : 0, d);
+        const int ro = __shfl_up_sync(0xffffffffu, last_reset, d);
+        if (lane >= d) {
+          sum = flag ? sum : so + sum;
+          flag = flag || fo;
+          last_reset = ro > last_reset ? ro : last_reset;
+        }
+      }
+      float before = __shfl_up_sync(0xffffffffu, sum, 1);
+      int seg_before = __shfl_up_sync(0xffffffffu, last_reset, 1);
+      if (lane == 0) {
+        before = 0.f;
+        seg_before = -1;
+      }
+      const float ga = reset[0] ? 0.f : before + va;
+      const float gb = reset[1] ? 0.f : ga + vb;
+      const int sa = reset[0] ? 2 * lane : seg_before;
+      const int sb = reset[1] ? 2 * lane + 1 : sa;
+      const float g_last = __shfl_sync(0xffffffffu, gb, 31);
+      const int s_last = __shfl_sync(0xffffffffu, sb, 31);
+      const float ea = sa < 0 ? expf(ga) : 0.f, eb = sb < 0 ? expf(gb) : 0.f;
+      gam[2 * lane] = ga;
+      gam[2 * lane + 1] = gb;
+      seg[2 * lane] = sa;
+      seg[2 * lane + 1] = sb;
+      bet[2 * lane] = bv[0];
+      bet[2 * lane + 1] = bv[1];
+      est[2 * lane] = ea;
+      est[2 * lane + 1] = eb;
+      een[2 * lane] = sa == s_last ? expf(g_last - ga) : 0.f;
+      een[2 * lane + 1] = sb == s_last ? expf(g_last - gb) : 0.f;
+      if (lane == 31) *chunk_decay = eb;
+    }
+#pragma unroll 1
+    for (int rr = 0; rr < kC / 8; ++rr) {
+      const int row = warp * (kC / 8) + rr;
+      if (p.l2norm) {
+        float sq = 0.f, sk = 0.f;
+#pragma unroll
+        for (int m = 0; m < KP / 32; ++m) {
+          const float x = to_float(Qs[row * ldk + lane + 32 * m]);
+          const float y = to_float(Kc[row * ldk + lane + 32 * m]);
+          sq = fmaf(x, x, sq);
+          sk = fmaf(y, y, sk);
+        }
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) {
+          sq += __shfl_xor_sync(0xffffffffu, sq, d);
+          sk += __shfl_xor_sync(0xffffffffu, sk, d);
+        }
+        if (lane == 0) {
+          rq[row] = 1.f / sqrtf(sq + 1e-6f);
+          rk[row] = 1.f / sqrtf(sk + 1e-6f);
+        }
+      } else if (lane == 0) {
+        rq[row] = 1.f;
+        rk[row] = 1.f;
+      }
+    }
+    __syncthreads();
+
+    // --- phase 1: everything that needs only the chunk's inputs and S0 -----------------------
+    {
+      float acc[1][4][4];
+      zero(acc);
+      warp_gemm<1, 4, KP / 16, false, false>(acc, Kc, ldk, Kc, ldk, row0, wn * 32, lane);
+      for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
+        const int s = seg[i] > 0 ? seg[i] : 0;
+        const float base = bet[i] * rk[i];
+        const float a0 = (col < i && col >= s) ? base * expf(gam[i] - gam[col]) * rk[col] * x0 : 0.f;
+        const float a1 = (col + 1 < i && col + 1 >= s) ? base * expf(gam[i] - gam[col + 1]) * rk[col + 1] * x1 : 0.f;
+        *reinterpret_cast<float2*>(Af + i * ldf + col) = make_float2(a0, a1);
+      });
+      zero(acc);
+      warp_gemm<1, 4, KP / 16, false, false>(acc, Qs, ldk, Kc, ldk, row0, wn * 32, lane);
+      for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
+        const int s = seg[i] > 0 ? seg[i] : 0;
+        const float base = rq[i];
+        const float a0 = (col <= i && col >= s) ? base * expf(gam[i] - gam[col]) * rk[col] * x0 : 0.f;
+        const float a1 = (col + 1 <= i && col + 1 >= s) ? base * expf(gam[i] - gam[col + 1]) * rk[col + 1] * x1 : 0.f;
+        store2(Ps + i * ldc + col, a0, a1);
+      });
+    }
+    float X[1][NTV][4], O[1][NTV][4];
+    zero(X);
+    warp_gemm<1, NTV, KP / 16, false, true>(X, Kc, ldk, Shi, ldv, row0, col0, lane);
+    if constexpr (L::split) warp_gemm<1, NTV, KP / 16, false, true>(X, Kc, ldk, Slo, ldv, row0, col0, lane);
+    for_each_pair(X, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
+      const float w = est[i] * rk[i];
+      x0 = bet[i] * (to_float(Vs[i * ldv + col]) - w * x0);
+      x1 = bet[i] * (to_float(Vs[i * ldv + col + 1]) - w * x1);
+    });
+    zero(O);
+    warp_gemm<1, NTV, KP / 16, false, true>(O, Qs, ldk, Shi, ldv, row0, col0, lane);
+    if constexpr (L::split) warp_gemm<1, NTV, KP / 16, false, true>(O, Qs, ldk, Slo, ldv, row0, col0, lane);
+    for_each_pair(O, row0, col0, lane, [&](int i, int, float& x0, float& x1) {
+      const float w = est[i] * rq[i];
+      x0 *= w;
+      x1 *= w;
+    });
+    if (p.debug_S0) {
+      float* dst = p.debug_S0 + (debug_chunk * p.HV + j) * p.K * p.V + v0;
+      for_each_pair(S, srow0, col0, lane, [&](int r, int col, float& x0, float& x1) {
+        if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
+      });
+    }
+    __syncthreads();
+
+    // q, v and the other k buffer are free: fetch the next chunk while this one finishes.
+    if (start + kC < eos) {
+      const int cn = static_cast<int>(eos - start - kC < kC ? eos - start - kC : kC);
+      issue_loads(start + kC, cn, Kn);
+      load_gates(start + kC, cn);
+    }
+
+    // --- phase 2: T = (I + A)^-1, diagonal 16 x 16 blocks --------------------------------------
+    if (warp < 4 && lane < 16) {
+      const int b = warp, col = lane;
+      const float* Ab = Af + (16 * b) * ldf + 16 * b;
+      float tcol[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float s = (i == col) ? 1.f : 0.f;
+#pragma unroll
+        for (int q = 0; q < i; ++q) s = fmaf(-Ab[i * ldf + q], tcol[q], s);
+        tcol[i] = s;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) Tf[(16 * b + i) * ldf + 16 * b + col] = tcol[i];
+    }
+    __syncthreads();
+
+    // --- phase 3: block merges T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, by distance i - j -----------
+    auto merge = [&](int bi, int bj) {
+      const int rr = lane >> 1, c0 = (lane & 1) * 8;
+      float y[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = 0.f;
+      for (int kb = bj; kb < bi; ++kb) {
+        const float* arow = Af + (16 * bi + rr) * ldf + 16 * kb;
+        const float* tb = Tf + (16 * kb) * ldf + 16 * bj + c0;
+#pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+          const float a = arow[kk];
+          const float4 t0 = *reinterpret_cast<const float4*>(tb + kk * ldf);
+          const float4 t1 = *reinterpret_cast<const float4*>(tb + kk * ldf + 4);
+          y[0] = fmaf(a, t0.x, y[0]);
+          y[1] = fmaf(a, t0.y, y[1]);
+          y[2] = fmaf(a, t0.z, y[2]);
+          y[3] = fmaf(a, t0.w, y[3]);
+          y[4] = fmaf(a, t1.x, y[4]);
+          y[5] = fmaf(a, t1.y, y[5]);
+          y[6] = fmaf(a, t1.z, y[6]);
+          y[7] = fmaf(a, t1.w, y[7]);
+        }
+      }
+      float* yw = Ysc + warp * 16 * ldy;
+      *reinterpret_cast<float4*>(yw + rr * ldy + c0) = make_float4(y[0], y[1], y[2], y[3]);
+      *reinterpret_cast<float4*>(yw + rr * ldy + c0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
+      __syncwarp();
+      float z[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) z[e] = 0.f;
+      const float* trow = Tf + (16 * bi + rr) * ldf + 16 * bi;
+#pragma unroll
+      for (int kk = 0; kk < 16; ++kk) {
+        const float a = trow[kk];
+        const float4 y0 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0);
+        const float4 y1 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0 + 4);
+        z[0] = fmaf(a, y0.x, z[0]);
+        z[1] = fmaf(a, y0.y, z[1]);
+        z[2] = fmaf(a, y0.z, z[2]);
+        z[3] = fmaf(a, y0.w, z[3]);
+        z[4] = fmaf(a, y1.x, z[4]);
+        z[5] = fmaf(a, y1.y, z[5]);
+        z[6] = fmaf(a, y1.z, z[6]);
+        z[7] = fmaf(a, y1.w, z[7]);
+      }
+      float* out = Tf + (16 * bi + rr) * ldf + 16 * bj + c0;
+      *reinterpret_cast<float4*>(out) = make_float4(-z[0], -z[1], -z[2], -z[3]);
+      *reinterpret_cast<float4*>(out + 4) = make_float4(-z[4], -z[5], -z[6], -z[7]);
+      __syncwarp();
+    };
+    if (warp < 3) merge(warp + 1, warp);
+    __syncthreads();
+    if (warp < 2) merge(warp + 2, warp);
+    __syncthreads();
+    if (warp == 0) merge(3, 0);
+    __syncthreads();
+
+    if (p.debug_A && vt == 0) {
+      float* da = p.debug_A + (debug_chunk * p.HV + j) * kC * kC;
+      float* dt = p.debug_T + (debug_chunk * p.HV + j) * kC * kC;
+      for (int idx = tid; idx < kC * kC; idx += kThreads) {
+        const int i = idx / kC, col = idx % kC;
+        da[idx] = Af[i * ldf + col];
+        dt[idx] = (col / 16 <= i / 16) ? Tf[i * ldf + col] : 0.f;
+      }
+    }
+    if (p.debug_A) __syncthreads();
+
+    // --- T and X to the input dtype (tensor-core operands) -------------------------------------
+    for (int idx = tid; idx < kC * (kC / 2); idx += kThreads) {
+      const int i = idx / (kC / 2), col = 2 * (idx % (kC / 2));
+      const bool lower = col / 16 <= i / 16;
+      store2(Ts + i * ldc + col, lower ? Tf[i * ldf + col] : 0.f, lower ? Tf[i * ldf + col + 1] : 0.f);
+    }
+    for_each_pair(X, row0, col0, lane, [&](int i, int col, float& x0, float& x1) { store2(Xs + i * ldv + col, x0, x1); });
+    __syncthreads();
+
+    // --- phase 4: Vnew = T X --------------------------------------------------------------------
+    {
+      float Vn[1][NTV][4];
+      zero(Vn);
+      warp_gemm<1, NTV, kC / 16, false, true>(Vn, Ts, ldc, Xs, ldv, row0, col0, lane);
+      float* dv = p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + v0 : nullptr;
+      for_each_pair(Vn, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
+        store2(Vns + i * ldv + col, x0, x1);
+        const float w = een[i] * rk[i];
+        store2(Vnds + i * ldv + col, w * x0, w * x1);
+        if (dv) *reinterpret_cast<float2*>(dv + static_cast<std::int64_t>(i) * p.V + col) = make_float2(x0, x1);
+      });
+    }
+    __syncthreads();
+
+    // --- phase 5: O = scale (e_start Q S0 + P Vnew); S_end = e_start(c) S0 + K^T (e_end Vnew) -----
+    warp_gemm<1, NTV, kC / 16, false, true>(O, Ps, ldc, Vns, ldv, row0, col0, lane);
+    {
+      E* og = static_cast<E*>(p.o);
+      const float scale = p.scale;
+      for_each_pair(O, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
+        if (i < c) store2(og + ((start + i) * p.HV + j) * p.V + v0 + col, scale * x0, scale * x1);
+      });
+    }
+    {
+      const float decay = *chunk_decay;
+#pragma unroll
+      for (int mt = 0; mt < MTS; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NTV; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) S[mt][nt][e] *= decay;
+    }
+    warp_gemm<MTS, NTV, kC / 16, true, true>(S, Kc, ldk, Vnds, ldv, srow0, col0, lane);
+    if (p.debug_S_end) {
+      float* dst = p.debug_S_end + (debug_chunk * p.HV + j) * p.K * p.V + v0;
+      for_each_pair(S, srow0, col0, lane, [&](int r, int col, float& x0, float& x1) {
+        if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
+      });
+    }
+    // S0 operand of the next chunk: its last readers (phase 1) are behind several barriers.
+    write_state_operand();
+  }
+
+  if (p.has_hT) {
+    for_each_pair(S, srow0, col0, lane, [&](int r, int col, float& x0, float& x1) {
+      if (r < p.K)
+        *reinterpret_cast<float2*>(p.hT + state_base + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
+    });
+  }
+}
+
+// Raises the instance's dynamic shared-memory limit once per process (first launch; one device
+// per process is what the tests and benchmarks use), then launches.
+template <class E, int KP, int BV>
+cudaError_t launch_instance(const ChunkedParams& params, std::int64_t blocks, cudaStream_t stream) {
+  using L = Plan<E, KP, BV>;
+  static bool configured = false;
+  if (!configured) {
+    const cudaError_t code = cudaFuncSetAttribute(chunked_forward<E, KP, BV>,
+                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes));
+    if (code != cudaSuccess) return code;
+    configured = true;
+  }
+  chunked_forward<E, KP, BV><<<static_cast<unsigned>(blocks), kThreads, L::bytes, stream>>>(params);
+  return cudaSuccess;
+}
+
+}  // namespace gdn::cuda::detail::chunked

@@ -1,0 +1,196 @@
+// Host side of the chunked prefill: the common checks of the recurrent kernels
+// (validate_prefill), the chunked kernel's own rules, then one launch.
+#include <string>
+#include <vector>
+
+#include "cuda/chunked_params.hpp"
+#include "cuda/chunked_prefill.hpp"
+
+namespace gdn::cuda {
+
+namespace {
+
+using detail::ChunkedParams;
+using detail::ElementType;
+
+[[noreturn]] void fail(const std::string& argument, const std::string& rule) {
+  throw ProblemError(argument, rule);
+}
+
+std::string str(std::int64_t x) { return std::to_string(x); }
+
+ElementType element_type(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return ElementType::bf16;
+    case DType::f16: return ElementType::f16;
+    default: return ElementType::f32;
+  }
+}
+
+// The rules of the chunked kernel beyond a valid problem, as (argument, rule); empty when fine.
+std::pair<std::string, std::string> unsupported(const Problem& p) {
+  const std::string fallback = " (recurrent_prefill supports it)";
+  if (p.input_dtype == DType::f64) return {"input_dtype", "must be f32, bf16 or f16 for the CUDA kernels, got f64"};
+  if (p.K % 16 != 0 || p.K > 128)
+    return {"K", "must be a multiple of 16 in [16, 128] for the chunked prefill, got " + str(p.K) + fallback};
+  if (p.V % 16 != 0 || p.V > 256)
+    return {"V", "must be a multiple of 16 in [16, 256] for the chunked prefill, got " + str(p.V) + fallback};
+  if (p.uses_state_cache())
+    return {"state_slots", "must be 0: the chunked prefill reads and writes dense h0/hT only, got a state cache of " +
+                               str(p.state_slots) + " slots" + fallback};
+  if (p.state_layout != StateLayout::k_major)
+    return {"state_layout", "must be k_major for the chunked prefill, got v_major" + fallback};
+  if (p.store_intermediate_states)
+    return {"store_intermediate_states", "is a per-token option the chunked form does not produce" + fallback};
+  return {};
+}
+
+std::vector<int> tile_candidates(const Problem& p) {
+  std::vector<int> all = p.input_dtype == DType::f32 ? std::vector<int>{32, 16} : std::vector<int>{128, 64, 32, 16};
+  std::vector<int> out;
+  for (int bv : all)
+    if (p.V % bv == 0) out.push_back(bv);
+  return out;
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return count;
+}
+
+}  // namespace
+
+bool chunked_prefill_supports(const Problem& problem, std::string* why) {
+  const auto rule = unsupported(problem);
+  if (rule.first.empty()) return true;
+  if (why) *why = rule.first + ": " + rule.second;
+  return false;
+}
+
+int chunked_value_tile(const Problem& p, int multiprocessors) {
+  // Per-chunk work of one block in units of 16 K x V columns (at K = V = 128, C = 64): the
+  // V-independent part (KK^T, QK^T, the inverse, the gates) costs about what 64 columns of
+  // the V-dependent part do, and each SM runs one block at a time.
+  const std::vector<int> candidates = tile_candidates(p);
+  const std::int64_t pairs = std::int64_t(p.N()) * p.HV;
+  int best = candidates.empty() ? 16 : candidates.back();
+  double best_cost = -1;
+  for (int bv : candidates) {
+    const std::int64_t blocks = pairs * (p.V / bv);
+    const std::int64_t waves = (blocks + multiprocessors - 1) / std::max(multiprocessors, 1);
+    const double cost = double(std::max<std::int64_t>(waves, 1)) * (64.0 + bv);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = bv;
+    }
+  }
+  return best;
+}
+
+std::int64_t chunked_chunk_offsets(const Problem& p, std::vector<std::int64_t>* offsets) {
+  std::int64_t total = 0;
+  if (offsets) offsets->assign(static_cast<std::size_t>(p.N()), 0);
+  for (int n = 0; n < p.N(); ++n) {
+    if (offsets) (*offsets)[static_cast<std::size_t>(n)] = total;
+    total += (p.seq_len(n) + kChunkSize - 1) / kChunkSize;
+  }
+  return total;
+}
+
+double chunked_flops(const Problem& p) {
+  const double C = kChunkSize, K = p.K, V = p.V;
+  return double(p.T) * p.HV * (4.0 * C * (K + V) + 6.0 * K * V);
+}
+
+double chunked_min_bytes(const Problem& p) {
+  const double in = double(dtype_size(p.input_dtype)), gate = double(dtype_size(p.gate_dtype));
+  const double state = double(p.N()) * p.HV * p.K * p.V * 4.0;
+  double bytes = double(p.T) * (2.0 * p.H * p.K + 2.0 * p.HV * p.V) * in;  // q, k, v, o
+  bytes += double(p.T) * p.HV * 2.0 * gate;                              // g, beta or a, b
+  if (p.has_h0) bytes += state;
+  if (p.has_hT) bytes += state;
+  return bytes;
+}
+
+void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, const ChunkedOptions& options) {
+  problem.validate();
+  const auto rule = unsupported(problem);
+  if (!rule.first.empty()) fail(rule.first, rule.second);
+  validate_prefill(problem, t);  // pointers, sizes, alignment, overlap: the recurrent kernels' rules
+  if (options.value_tile != 0) {
+    const std::vector<int> candidates = tile_candidates(problem);
+    bool ok = false;
+    for (int bv : candidates) ok = ok || bv == options.value_tile;
+    if (!ok)
+      fail("value_tile", "must be 0 (automatic) or one of " +
+                             std::string(problem.input_dtype == DType::f32 ? "16, 32" : "16, 32, 64, 128") +
+                             " that divides V = " + str(problem.V) + ", got " + str(options.value_tile));
+  }
+  if (options.debug) {
+    const ChunkedDebug& d = *options.debug;
+    if (!d.chunk_offsets || !d.A || !d.T || !d.Vnew || !d.S0 || !d.S_end)
+      fail("debug", "needs every buffer (chunk_offsets, A, T, Vnew, S0, S_end) when given");
+    if (d.total_chunks != chunked_chunk_offsets(problem, nullptr))
+      fail("debug", "total_chunks must be " + str(chunked_chunk_offsets(problem, nullptr)) + " for this batch, got " +
+                        str(d.total_chunks));
+  }
+  const std::int64_t blocks = std::int64_t(problem.N()) * problem.HV * (problem.V / 16);
+  if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
+}
+
+void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const ChunkedOptions& options) {
+  validate_chunked_prefill(p, t, options);
+  const int value_tile = options.value_tile != 0 ? options.value_tile : chunked_value_tile(p, multiprocessor_count());
+  const int key_pad = p.K <= 64 ? 64 : 128;
+
+  ChunkedParams r{};
+  r.q = t.q;
+  r.k = t.k;
+  r.v = t.v;
+  r.g = t.g;
+  r.beta = t.beta;
+  r.a = t.a;
+  r.b = t.b;
+  r.A_log = t.A_log;
+  r.dt_bias = t.dt_bias;
+  r.h0 = p.has_h0 ? t.h0 : nullptr;
+  r.hT = p.has_hT ? t.hT : nullptr;
+  r.cu_seqlens = t.cu_seqlens;
+  r.cu_seqlens_64 = t.cu_seqlens_type == IndexType::i64;
+  r.o = t.o;
+  r.N = p.N();
+  r.H = p.H;
+  r.HV = p.HV;
+  r.K = p.K;
+  r.V = p.V;
+  r.group = p.group_size();
+  r.scale = static_cast<float>(p.effective_scale());
+  r.has_h0 = p.has_h0;
+  r.has_hT = p.has_hT;
+  r.l2norm = p.use_qk_l2norm;
+  r.fused_gates = p.gate_mode == GateMode::fused;
+  r.negative_eigenvalues = p.allow_negative_eigenvalues;
+  r.gate_type = static_cast<int>(element_type(p.gate_dtype));
+  r.value_tiles = p.V / value_tile;
+  if (options.debug) {
+    r.chunk_offsets = options.debug->chunk_offsets;
+    r.debug_A = options.debug->A;
+    r.debug_T = options.debug->T;
+    r.debug_Vnew = options.debug->Vnew;
+    r.debug_S0 = options.debug->S0;
+    r.debug_S_end = options.debug->S_end;
+  }
+  const std::int64_t blocks = std::int64_t(p.N()) * p.HV * r.value_tiles;
+  if (blocks == 0 || p.N() == 0) return;
+  bool instantiated = false;
+  const cudaError_t code =
+      detail::launch_chunked(element_type(p.input_dtype), key_pad, value_tile, r, blocks, stream, &instantiated);
+  if (!instantiated)
+    fail("value_tile", "no chunked kernel instance for K padded to " + str(key_pad) + ", value tile " + str(value_tile));
+  check_cuda(code, "cudaFuncSetAttribute(chunked kernel shared memory)");
+  check_cuda(cudaGetLastError(), "chunked kernel launch");
+}
+
+}  // namespace gdn::cuda

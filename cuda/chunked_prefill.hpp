@@ -1,0 +1,83 @@
+#pragma once
+// Chunked tensor-core prefill (spec §4; issue 4). Plain C++ header: g++-compiled tests, tools and
+// benchmarks include it; the kernel lives in chunked_kernel.cuh.
+//
+// The same entry conventions as the recurrent kernels (cuda/api.hpp): the shared gdn::Problem,
+// a DeviceTensors of device pointers (cu_seqlens required), a stream; every check runs on the
+// host before anything is enqueued (gdn::ProblemError naming the argument and the rule), CUDA
+// failures throw gdn::cuda::CudaError.
+//
+// Supported (everything else is rejected with a ProblemError; recurrent_prefill serves every
+// valid shape and option and is the fallback):
+//   - packed varlen batches, chunks of 64 tokens restarting at every sequence, empty sequences;
+//   - GVA, in-kernel l2norm, explicit scale, direct or fused gates (negative eigenvalues too),
+//     gates in fp32 or the input dtype;
+//   - q, k, v in bf16 or fp16 (tensor cores, fp32 accumulation, fp32 state) or fp32 (plain fp32
+//     arithmetic throughout, no TF32);
+//   - K a multiple of 16 up to 128, V a multiple of 16 up to 256;
+//   - dense h0 / hT [N, HV, K, V] in the K-major layout (h0 == hT in place allowed).
+// Rejected: a state cache (state_slots > 0), the V-major layout, per-token intermediate states.
+//
+// Batch invariance: the V tile is chosen from the batch shape (to fill the GPU), but no output
+// bit depends on it: each output element is reduced in one fixed order (see the kernel header).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "cuda/api.hpp"
+
+namespace gdn::cuda {
+
+constexpr int kChunkSize = 64;
+
+// Debug mode: per-chunk intermediates of the kernel, in fp32, for comparison with
+// reference::ChunkTrace. Chunk index = chunk_offsets[n] + (chunk within sequence n), i.e. chunks
+// numbered in sequence order (chunked_chunk_offsets gives the host copy). All device pointers.
+struct ChunkedDebug {
+  const std::int64_t* chunk_offsets = nullptr;  // [N]
+  std::int64_t total_chunks = 0;
+  float* A = nullptr;      // [chunks, HV, 64, 64]: A of §4 (rows/cols past the chunk's length are 0)
+  float* T = nullptr;      // [chunks, HV, 64, 64]: (I + A)^-1 (identity past the chunk's length)
+  float* Vnew = nullptr;   // [chunks, HV, 64, V]
+  float* S0 = nullptr;     // [chunks, HV, K, V]: state at the chunk's start
+  float* S_end = nullptr;  // [chunks, HV, K, V]
+};
+
+struct ChunkedOptions {
+  // Columns of V per block: 0 picks from the batch shape (see chunked_value_tile); else 16, 32,
+  // 64 or 128 (bf16/fp16) or 16, 32 (fp32), dividing V. Changes the speed, never the bits.
+  int value_tile = 0;
+  const ChunkedDebug* debug = nullptr;
+};
+
+// Whether the chunked kernel supports the (valid) problem; fills *why when not.
+bool chunked_prefill_supports(const Problem& problem, std::string* why = nullptr);
+
+// The host-side checks alone (no CUDA call): what chunked_prefill runs first.
+void validate_chunked_prefill(const Problem& problem, const DeviceTensors& tensors,
+                              const ChunkedOptions& options = {});
+
+// The forward over a packed varlen batch: o, and hT when has_hT.
+void chunked_prefill(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
+                     const ChunkedOptions& options = {});
+
+// The V tile the default picks for `multiprocessors` SMs: the one that minimises
+// waves x (fixed per-chunk work + BV), from the candidates that divide V.
+int chunked_value_tile(const Problem& problem, int multiprocessors);
+
+// First chunk index of each sequence and the total (the debug buffers' leading extent).
+std::int64_t chunked_chunk_offsets(const Problem& problem, std::vector<std::int64_t>* offsets);
+
+// Floating-point operations of the chunked form, for throughput counters: the matrix products
+// per value head (KK^T, QK^T: 2 C K each; K S0, Q S0, K^T Vnew: 2 K V each; T X, P Vnew: 2 C V
+// each, per token), 4 C (K + V) + 6 K V per token per value head at full chunks of C = 64:
+// 163840 at K = V = 128, the issue's "about 164k". The 16x16 inverse and merges are not counted.
+double chunked_flops(const Problem& problem);
+
+// Minimal bytes one launch must move (inputs read once, outputs written once).
+double chunked_min_bytes(const Problem& problem);
+
+}  // namespace gdn::cuda

@@ -1,0 +1,55 @@
+#pragma once
+// Cases and budgets of the chunked prefill's GPU suite, shared by its tests and its accuracy
+// tool. Plain C++ (no nvcc).
+//
+// Budget (why): the oracle's calibrated model (oracle/budget.hpp): per output, rel_rms <=
+// 2 x the precision emulation's rel_rms + 1 u, max_abs <= 2 x the emulation's max_abs + 1 ulp at
+// max|ref|, the emulation being reference::emulate(chunked, C = 64): fp32 arithmetic, o rounded
+// once to the input dtype. The unit u is the output's dtype for o (the input dtype) and for
+// fp32 inputs for hT too. For bf16/fp16 inputs hT is held to 1 u of the input dtype instead of
+// fp32's: the design the issue prescribes (tensor cores on bf16/fp16 operands, like every peer)
+// rounds the chunk's intermediates T, X, P, Vnew and the decayed Vnew of the state update to the
+// input dtype, one rounding each; a state that is fp32-accurate to 1 u_f32 would need every
+// product emulated in fp32 (no tensor-core kernel, fla's included, is). The state operand S0
+// itself is split hi + lo, so it adds no error of that size.
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "fuzz/inputs.hpp"
+
+namespace gdn::cuda::chunked_testbed {
+
+struct Case {
+  Problem problem;
+  fuzz::InputOptions options;
+  std::uint64_t seed = 0;
+  Inputs inputs() const { return fuzz::make_inputs(problem, options, seed); }
+  std::string describe() const;
+};
+
+// Random problems in the space the chunked kernel supports: packed varlen batches (lengths 0, 1,
+// 63, 64, 65, 127, 128, 129 on purpose, short and long ones), K a multiple of 16 up to 128,
+// V up to 256, GVA, every dtype and gate option, dense h0/hT on or off; contractive inputs.
+// Work T * HV * K * V capped at `work_cap` (CPU reference time).
+Case random_case(std::mt19937_64& rng, double work_cap = 1.2e7);
+
+// The unit of hT's budget floor: see the header comment.
+DType state_floor_dtype(const Problem& problem);
+
+struct Judgement {
+  bool pass = false;
+  double margin = 0;     // largest error / budget over the checks
+  std::string details;   // every check, one per line
+};
+
+// o (and hT when the problem has it) against the exact outputs, with the budget above.
+Judgement judge(const Problem& problem, const Inputs& inputs, const Outputs<double>& exact,
+                const Outputs<double>& emulation, const Outputs<double>& actual);
+
+// rel_rms of `actual` against `reference` over all elements (0 when both are zero).
+double rel_rms(const HostTensor<double>& reference, const HostTensor<double>& actual);
+
+}  // namespace gdn::cuda::chunked_testbed

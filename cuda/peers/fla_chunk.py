@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Peer run: flash-linear-attention's chunk_gated_delta_rule at the shapes of
+cuda/chunked_bench.cpp (issue 4), with the same counters.
+
+bf16 q/k/v, fp32 g (log-space, log U[0.9, 1]) and beta (U[0, 1)), K = V = 128, in-kernel
+l2norm, fp32 initial state [N, HV, K, V] read and final state written, packed sequences with
+cu_seqlens (B = 1). Counters as ours: tokens/s, TFLOP/s at the same FLOP count
+(4 C (K + V) + 6 K V per token per value head, C = 64), minimal bytes over time as a fraction
+of the device-to-device copy bandwidth measured here.
+
+Times are triton.testing.do_bench medians (CUDA events around each call, Python launch cost
+included, as in our launch-per-iteration benchmark). Results are rewritten atomically to
+$OUT/fla_chunk.json after every shape, so a timeout keeps what was measured.
+"""
+import datetime
+import json
+import os
+import sys
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+K = V = 128
+C = 64
+OUT = os.environ.get("OUT", ".")
+PATH = os.path.join(OUT, "fla_chunk.json")
+
+SHAPES = [
+    ("qwen3next_4x8192", 16, 32, [8192] * 4),
+    ("qwen3next_1x32768", 16, 32, [32768]),
+    ("qwen35_4x8192", 16, 64, [8192] * 4),
+    ("lowpar_1x32768", 2, 8, [32768]),
+    ("varlen_pack", 16, 32, [1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129]),
+    ("qwen3next_8x4096", 16, 32, [4096] * 8),
+]
+
+
+def write(results):
+    tmp = PATH + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=2)
+    os.replace(tmp, PATH)
+
+
+def copy_bandwidth(nbytes=2 << 30):
+    src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    t = do_bench(lambda: dst.copy_(src), warmup=50, rep=200, return_mode="median") * 1e-3
+    return 2.0 * nbytes / t
+
+
+def main():
+    props = torch.cuda.get_device_properties(0)
+    results = {
+        "peer": "flash-linear-attention chunk_gated_delta_rule",
+        "fla_version": getattr(__import__("fla"), "__version__", "?"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": f"{props.name} ({props.multi_processor_count} SMs)",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": os.environ.get("GDN_COMMIT", ""),
+        "command": os.environ.get("GDN_COMMAND", " ".join(sys.argv)),
+        "timing": "triton.testing.do_bench median, warmup 25 ms, rep 200 ms",
+        "dtypes": "q, k, v bf16; g, beta fp32; h0, hT fp32; l2norm in kernel",
+        "results": [],
+    }
+    copy_bw = copy_bandwidth()
+    results["copy_GBps"] = copy_bw * 1e-9
+    write(results)
+    print(f"copy bandwidth {copy_bw * 1e-9:.1f} GB/s", flush=True)
+    only = os.environ.get("FLA_ONLY", "")
+    for name, H, HV, lengths in SHAPES:
+        if only and name not in only.split(","):
+            continue
+        T, N = sum(lengths), len(lengths)
+        torch.manual_seed(0)
+        dev = "cuda"
+        q = torch.randn(1, T, H, K, device=dev, dtype=torch.bfloat16)
+        k = torch.randn(1, T, H, K, device=dev, dtype=torch.bfloat16)
+        v = torch.randn(1, T, HV, V, device=dev, dtype=torch.bfloat16)
+        g = torch.log(0.9 + 0.1 * torch.rand(1, T, HV, device=dev, dtype=torch.float32))
+        beta = torch.rand(1, T, HV, device=dev, dtype=torch.float32)
+        h0 = 0.5 * torch.randn(N, HV, K, V, device=dev, dtype=torch.float32)
+        cu_list = [0]
+        for length in lengths:
+            cu_list.append(cu_list[-1] + length)
+        cu = torch.tensor(cu_list, dtype=torch.long, device=dev)
+        cu_cpu = cu.cpu()
+
+        def fn():
+            return chunk_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
+                                          use_qk_l2norm_in_kernel=True, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
+
+        try:
+            fn()
+            torch.cuda.synchronize()
+            t = do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e-3
+        except TypeError:  # an fla without cu_seqlens_cpu
+            def fn():
+                return chunk_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
+                                              use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+            fn()
+            torch.cuda.synchronize()
+            t = do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e-3
+        flops = T * HV * (4.0 * C * (K + V) + 6.0 * K * V)
+        min_bytes = T * (2 * H * K + 2 * HV * V) * 2 + T * HV * 2 * 4 + 2 * N * HV * K * V * 4
+        entry = {"name": name, "H": H, "HV": HV, "T": T, "sequences": N, "ms": t * 1e3,
+                 "tokens_per_s": T / t, "TFLOPs": flops / t * 1e-12, "GBps": min_bytes / t * 1e-9,
+                 "fraction_of_copy": min_bytes / t / copy_bw}
+        results["results"].append(entry)
+        write(results)
+        print(json.dumps(entry), flush=True)
+        del q, k, v, g, beta, h0
+        torch.cuda.empty_cache()
+    results["complete"] = True
+    write(results)
+
+
+if __name__ == "__main__":
+    main()
