@@ -17,9 +17,11 @@
 //   O          scale (diag(e_start r^q) Q S0 + P Vnew)
 //   S_end      e_start(c) S0 + K^T diag(e_end r) Vnew
 //
-// Matrix products: bf16/fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulation);
-// the state operand S0 is split into hi + lo in the input dtype (two products), so the state
-// read keeps about 16 bits instead of 8 (bf16). fp32 inputs use plain fp32 FMAs in the same
+// Matrix products: bf16/fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulation).
+// The raw q, k, v are exact operands; every computed operand that feeds the state is split into
+// hi + lo in the input dtype (S0 in K S0 and Q S0, T and X in T X, the decayed Vnew in the state
+// update), so the state path keeps about 16 bits (bf16) instead of 8; only P and Vnew in the
+// intra-chunk term of O are rounded once (O itself is stored in the input dtype). fp32 inputs use plain fp32 FMAs in the same
 // fragment layout (no TF32). Each output element is reduced over k in one fixed order that does
 // not depend on the V tile, the warp layout or the batch: the V tile (chosen from the batch
 // shape) changes no bit of any output. No atomics.
@@ -270,7 +272,8 @@ struct Plan {
   static constexpr std::size_t r2_bytes = max_size(f_bytes, v_bytes);      // T (fp32) | Vnew decayed
   static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
   static constexpr std::size_t y_bytes = align128(3 * 16 * ldy * 4);
-  static constexpr std::size_t scalar_bytes = align128(8 * kC * 4);
+  // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay.
+  static constexpr std::size_t scalar_bytes = align128(kC * 8 + 6 * kC * 4 + 4);
 
   static constexpr std::size_t off_q = 0;
   static constexpr std::size_t off_k0 = off_q + q_bytes;
@@ -281,7 +284,8 @@ struct Plan {
   static constexpr std::size_t off_r1 = off_slo + (split ? s_bytes : 0);
   static constexpr std::size_t off_r2 = off_r1 + r1_bytes;
   static constexpr std::size_t off_t = off_r2 + r2_bytes;
-  static constexpr std::size_t off_p = off_t + c_bytes;
+  static constexpr std::size_t off_tlo = off_t + c_bytes;
+  static constexpr std::size_t off_p = off_tlo + (split ? c_bytes : 0);
   static constexpr std::size_t off_y = off_p + c_bytes;
   static constexpr std::size_t off_scalar = off_y + y_bytes;
   static constexpr std::size_t bytes = off_scalar + scalar_bytes;
@@ -309,15 +313,19 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
   E* const Shi = reinterpret_cast<E*>(smem + L::off_shi);
   E* const Slo = reinterpret_cast<E*>(smem + L::off_slo);
   float* const Af = reinterpret_cast<float*>(smem + L::off_r1);
+  // R1: A (fp32) | then X hi, X lo | then Vnew, decayed Vnew lo.  R2: T (fp32) | decayed Vnew hi.
   E* const Xs = reinterpret_cast<E*>(smem + L::off_r1);
-  E* const Vns = reinterpret_cast<E*>(smem + L::off_r1 + L::v_bytes);
+  E* const Xlo = reinterpret_cast<E*>(smem + L::off_r1 + L::v_bytes);
+  E* const Vns = Xs;
+  E* const Vndlo = Xlo;
   float* const Tf = reinterpret_cast<float*>(smem + L::off_r2);
   E* const Vnds = reinterpret_cast<E*>(smem + L::off_r2);
   E* const Ts = reinterpret_cast<E*>(smem + L::off_t);
+  E* const Tlo = reinterpret_cast<E*>(smem + L::off_tlo);
   E* const Ps = reinterpret_cast<E*>(smem + L::off_p);
   float* const Ysc = reinterpret_cast<float*>(smem + L::off_y);
-  float* const gam = reinterpret_cast<float*>(smem + L::off_scalar);
-  float* const bet = gam + kC;
+  double* const gam = reinterpret_cast<double*>(smem + L::off_scalar);
+  float* const bet = reinterpret_cast<float*>(gam + kC);
   float* const rq = bet + kC;
   float* const rk = rq + kC;
   float* const est = rk + kC;   // e_start
@@ -431,14 +439,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
         }
         reset[e] = valid && expf(gv[e]) == 0.f;
       }
-      // Segmented inclusive scan: a reset token starts a new segment at gamma = 0.
-      const float va = reset[0] ? 0.f : gv[0], vb = reset[1] ? 0.f : gv[1];
+      // Segmented inclusive scan: a reset token starts a new segment at gamma = 0. In double:
+      // the decays are exp(gamma_i - gamma_j) of nearby tokens, and a tree scan in fp32 would
+      // give gamma_i and gamma_j independent roundings of |gamma| u_f32 (1e-5 relative at
+      // gamma ~ -200, the strong-decay regime), where a sequential fp32 sum shares them.
+      const double va = reset[0] ? 0.0 : double(gv[0]), vb = reset[1] ? 0.0 : double(gv[1]);
       bool flag = reset[0] || reset[1];
-      float sum = reset[1] ? vb : va + vb;
+      double sum = reset[1] ? vb : va + vb;
       int last_reset = reset[1] ? 2 * lane + 1 : (reset[0] ? 2 * lane : -1);
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
-        const float so = __shfl_up_sync(0xffffffffu, sum, d);
+        const double so = __shfl_up_sync(0xffffffffu, sum, d);
         const int fo = __shfl_up_sync(0xffffffffu, flag ? 1 : 0, d);
         const int ro = __shfl_up_sync(0xffffffffu, last_reset, d);
         if (lane >= d) {
@@ -447,19 +458,19 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
           last_reset = ro > last_reset ? ro : last_reset;
         }
       }
-      float before = __shfl_up_sync(0xffffffffu, sum, 1);
+      double before = __shfl_up_sync(0xffffffffu, sum, 1);
       int seg_before = __shfl_up_sync(0xffffffffu, last_reset, 1);
       if (lane == 0) {
-        before = 0.f;
+        before = 0.0;
         seg_before = -1;
       }
-      const float ga = reset[0] ? 0.f : before + va;
-      const float gb = reset[1] ? 0.f : ga + vb;
+      const double ga = reset[0] ? 0.0 : before + va;
+      const double gb = reset[1] ? 0.0 : ga + vb;
       const int sa = reset[0] ? 2 * lane : seg_before;
       const int sb = reset[1] ? 2 * lane + 1 : sa;
-      const float g_last = __shfl_sync(0xffffffffu, gb, 31);
+      const double g_last = __shfl_sync(0xffffffffu, gb, 31);
       const int s_last = __shfl_sync(0xffffffffu, sb, 31);
-      const float ea = sa < 0 ? expf(ga) : 0.f, eb = sb < 0 ? expf(gb) : 0.f;
+      const float ea = sa < 0 ? expf(float(ga)) : 0.f, eb = sb < 0 ? expf(float(gb)) : 0.f;
       gam[2 * lane] = ga;
       gam[2 * lane + 1] = gb;
       seg[2 * lane] = sa;
@@ -468,8 +479,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
       bet[2 * lane + 1] = bv[1];
       est[2 * lane] = ea;
       est[2 * lane + 1] = eb;
-      een[2 * lane] = sa == s_last ? expf(g_last - ga) : 0.f;
-      een[2 * lane + 1] = sb == s_last ? expf(g_last - gb) : 0.f;
+      een[2 * lane] = sa == s_last ? expf(float(g_last - ga)) : 0.f;
+      een[2 * lane + 1] = sb == s_last ? expf(float(g_last - gb)) : 0.f;
       if (lane == 31) *chunk_decay = eb;
     }
 #pragma unroll 1
@@ -508,8 +519,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
       for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
         const int s = seg[i] > 0 ? seg[i] : 0;
         const float base = bet[i] * rk[i];
-        const float a0 = (col < i && col >= s) ? base * expf(gam[i] - gam[col]) * rk[col] * x0 : 0.f;
-        const float a1 = (col + 1 < i && col + 1 >= s) ? base * expf(gam[i] - gam[col + 1]) * rk[col + 1] * x1 : 0.f;
+        const float a0 = (col < i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
+        const float a1 = (col + 1 < i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
         *reinterpret_cast<float2*>(Af + i * ldf + col) = make_float2(a0, a1);
       });
       zero(acc);
@@ -517,8 +528,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
       for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
         const int s = seg[i] > 0 ? seg[i] : 0;
         const float base = rq[i];
-        const float a0 = (col <= i && col >= s) ? base * expf(gam[i] - gam[col]) * rk[col] * x0 : 0.f;
-        const float a1 = (col + 1 <= i && col + 1 >= s) ? base * expf(gam[i] - gam[col + 1]) * rk[col + 1] * x1 : 0.f;
+        const float a0 = (col <= i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
+        const float a1 = (col + 1 <= i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
         store2(Ps + i * ldc + col, a0, a1);
       });
     }
@@ -640,13 +651,23 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
     }
     if (p.debug_A) __syncthreads();
 
-    // --- T and X to the input dtype (tensor-core operands) -------------------------------------
+    // --- T and X to the input dtype (tensor-core operands), as hi + lo ---------------------------
+    // T entries can be large with cancellation in T X (small K, beta near 2, no decay): one
+    // rounding of T or X to bf16 then costs more than the input dtype's u in Vnew, so both are
+    // split and Vnew = T_hi X_hi + T_hi X_lo + T_lo X_hi (about 16 bits for bf16).
     for (int idx = tid; idx < kC * (kC / 2); idx += kThreads) {
       const int i = idx / (kC / 2), col = 2 * (idx % (kC / 2));
       const bool lower = col / 16 <= i / 16;
-      store2(Ts + i * ldc + col, lower ? Tf[i * ldf + col] : 0.f, lower ? Tf[i * ldf + col + 1] : 0.f);
+      const float t0 = lower ? Tf[i * ldf + col] : 0.f, t1 = lower ? Tf[i * ldf + col + 1] : 0.f;
+      store2(Ts + i * ldc + col, t0, t1);
+      if constexpr (L::split)
+        store2(Tlo + i * ldc + col, t0 - to_float(from_float<E>(t0)), t1 - to_float(from_float<E>(t1)));
     }
-    for_each_pair(X, row0, col0, lane, [&](int i, int col, float& x0, float& x1) { store2(Xs + i * ldv + col, x0, x1); });
+    for_each_pair(X, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
+      store2(Xs + i * ldv + col, x0, x1);
+      if constexpr (L::split)
+        store2(Xlo + i * ldv + col, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
+    });
     __syncthreads();
 
     // --- phase 4: Vnew = T X --------------------------------------------------------------------
@@ -654,11 +675,19 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
       float Vn[1][NTV][4];
       zero(Vn);
       warp_gemm<1, NTV, kC / 16, false, true>(Vn, Ts, ldc, Xs, ldv, row0, col0, lane);
+      if constexpr (L::split) {
+        warp_gemm<1, NTV, kC / 16, false, true>(Vn, Ts, ldc, Xlo, ldv, row0, col0, lane);
+        warp_gemm<1, NTV, kC / 16, false, true>(Vn, Tlo, ldc, Xs, ldv, row0, col0, lane);
+      }
+      __syncthreads();  // Vnew replaces X in R1
       float* dv = p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + v0 : nullptr;
       for_each_pair(Vn, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
         store2(Vns + i * ldv + col, x0, x1);
         const float w = een[i] * rk[i];
-        store2(Vnds + i * ldv + col, w * x0, w * x1);
+        const float d0 = w * x0, d1 = w * x1;
+        store2(Vnds + i * ldv + col, d0, d1);
+        if constexpr (L::split)
+          store2(Vndlo + i * ldv + col, d0 - to_float(from_float<E>(d0)), d1 - to_float(from_float<E>(d1)));
         if (dv) *reinterpret_cast<float2*>(dv + static_cast<std::int64_t>(i) * p.V + col) = make_float2(x0, x1);
       });
     }
@@ -683,6 +712,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
           for (int e = 0; e < 4; ++e) S[mt][nt][e] *= decay;
     }
     warp_gemm<MTS, NTV, kC / 16, true, true>(S, Kc, ldk, Vnds, ldv, srow0, col0, lane);
+    if constexpr (L::split) warp_gemm<MTS, NTV, kC / 16, true, true>(S, Kc, ldk, Vndlo, ldv, srow0, col0, lane);
     if (p.debug_S_end) {
       float* dst = p.debug_S_end + (debug_chunk * p.HV + j) * p.K * p.V + v0;
       for_each_pair(S, srow0, col0, lane, [&](int r, int col, float& x0, float& x1) {

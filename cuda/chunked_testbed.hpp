@@ -8,10 +8,10 @@
 // once to the input dtype. The unit u is the output's dtype for o (the input dtype) and for
 // fp32 inputs for hT too. For bf16/fp16 inputs hT is held to 1 u of the input dtype instead of
 // fp32's: the design the issue prescribes (tensor cores on bf16/fp16 operands, like every peer)
-// rounds the chunk's intermediates T, X, P, Vnew and the decayed Vnew of the state update to the
-// input dtype, one rounding each; a state that is fp32-accurate to 1 u_f32 would need every
-// product emulated in fp32 (no tensor-core kernel, fla's included, is). The state operand S0
-// itself is split hi + lo, so it adds no error of that size.
+// feeds the state products with operands in the input dtype. This kernel splits each computed
+// operand of the state path into hi + lo (about 16 bits for bf16, 22 for fp16), well inside
+// 1 u of the input dtype but not 1 u_f32: that would need every product emulated in fp32 (no
+// tensor-core kernel, fla's included, does that).
 #include <cstdint>
 #include <random>
 #include <string>

@@ -6,8 +6,9 @@
 # about 290 s:
 #   T  GPU suite (GDN_CASES random cases) -> conformance_chunked.json, tests.log
 #   S  compute-sanitizer memcheck and racecheck on the small trace test -> sanitize.log
-#   B  Google Benchmark of the chunked kernel -> prefill.json
-#   P  fla chunk_gated_delta_rule on the same shapes -> fla_chunk.json
+#   W  (background, during T and S) fla compiles and autotunes its kernels
+#   B  Google Benchmark of the chunked kernel (alone on the GPU) -> prefill.json
+#   P  fla chunk_gated_delta_rule on the same shapes (alone on the GPU) -> fla_chunk.json
 #   A  accuracy against fla on the same inputs (case files, fla through reports/adapters) -> accuracy.json
 # Environment: GDN_COMMIT, GDN_CASES (default 100), GDN_PHASES.
 set -u -o pipefail
@@ -26,6 +27,16 @@ export GDN_DEVICE="$DEVICE"
 log "device: $DEVICE; commit $GDN_COMMIT; cases $CASES; phases $PHASES"
 if command -v cuobjdump >/dev/null; then
   cuobjdump --dump-sass $B/cuda_chunked_bench 2>/dev/null | grep -oE "HGMMA|HMMA\.16816\.F32(\.BF16)?|LDSM|LDGSTS" | sort | uniq -c | tee -a "$LOG"
+fi
+
+if [[ $PHASES == *P* || $PHASES == *A* ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >> "$LOG" 2>&1 && export PYTHONPATH=/tmp/site
+  # W: fla's Triton kernels compile and autotune (over a minute) in the background while the
+  # tests run; the timed peer run below then starts from the disk cache.
+  log "W: fla warm-up in the background"
+  ( FLA_WARMUP=1 PYTHONUNBUFFERED=1 timeout ${GDN_WARM_TIMEOUT:-120} python3 cuda/peers/fla_chunk.py > /tmp/fla_warm.log 2>&1 ) &
+  WARM=$!
 fi
 
 if [[ $PHASES == *T* ]]; then
@@ -50,6 +61,12 @@ if [[ $PHASES == *S* ]]; then
   done
 fi
 
+
+if [[ -n ${WARM:-} ]]; then
+  log "waiting for the fla warm-up"
+  wait $WARM
+  grep -E "warm:|Error|error" /tmp/fla_warm.log | tail -8 | tee -a "$LOG"
+fi
 if [[ $PHASES == *B* ]]; then
   log "B: chunked benchmark"
   GDN_COMMAND="$B/cuda_chunked_bench --benchmark_out=prefill.json --benchmark_out_format=json (cuda/run_chunked_h200.sh)" \
@@ -57,10 +74,6 @@ if [[ $PHASES == *B* ]]; then
     --benchmark_counters_tabular=true 2>&1 | grep -vE "^\s*$" | tee -a "$LOG"
 fi
 
-if [[ $PHASES == *P* || $PHASES == *A* ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >> "$LOG" 2>&1 && export PYTHONPATH=/tmp/site
-fi
 if [[ $PHASES == *P* ]]; then
   log "P: fla chunk peer"
   GDN_COMMAND="python3 cuda/peers/fla_chunk.py (cuda/run_chunked_h200.sh)" PYTHONUNBUFFERED=1 \
