@@ -1,6 +1,6 @@
 #pragma once
 // Catch2 glue for RapidCheck properties (like rc::prop of <rapidcheck/catch.h>), with a case
-// count of our own: `cases` random cases per property (200 by default: RapidCheck's default of
+// count of our own: `cases` random cases per property (300 by default: RapidCheck's default of
 // 100 is too few for the sizes and features a case mixes) unless the environment sets
 // RC_PARAMS="max_success=N" (the sanitizer job runs fewer). Every other RC_PARAMS key (seed,
 // max_size, reproduce, verbose_progress, ...) applies as RapidCheck documents it. On failure
@@ -25,7 +25,7 @@ inline int default_property_cases(int cases) {
 }
 
 template <class Testable>
-void rc_section(const std::string& description, Testable&& testable, int cases = 200) {
+void rc_section(const std::string& description, Testable&& testable, int cases = 300) {
   SECTION(description) {
     rc::detail::TestParams params = rc::detail::configuration().testParams;
     params.maxSuccess = default_property_cases(cases);

@@ -103,23 +103,73 @@ Difference difference(const HostTensor<double>& expected, const HostTensor<doubl
   return d;
 }
 
-double chunk_log_decay(const Problem& problem, const Inputs& inputs, int chunk_size) {
-  double largest = 0;
+namespace {
+template <class Scalar>
+double chunk_log_decay_in(const Problem& problem, const Inputs& inputs, int chunk_size) {
+  Scalar largest = 0;
   const std::int64_t C = std::max(chunk_size, 1);
   for (int n = 0; n < problem.N(); ++n)
     for (int j = 0; j < problem.HV; ++j) {
-      double running = 0;
+      Scalar running = 0;
       for (std::int64_t i = 0; i < problem.seq_len(n); ++i) {
         if (i % C == 0) running = 0;
         const std::int64_t t = problem.seq_begin(n) + i;
-        double g, beta;
+        Scalar g, beta;
         reference::load_gates(problem, inputs, t, j, &g, &beta);
         if (std::exp(g) == 0) running = 0;
         else running += g;
         largest = std::max(largest, std::fabs(running));
       }
     }
-  return largest;
+  return static_cast<double>(largest);
+}
+}  // namespace
+
+double chunk_log_decay(const Problem& problem, const Inputs& inputs, int chunk_size, bool long_double) {
+  return long_double ? chunk_log_decay_in<long double>(problem, inputs, chunk_size)
+                     : chunk_log_decay_in<double>(problem, inputs, chunk_size);
+}
+
+Allowance magnitudes(const Problem& problem, const Inputs& inputs) {
+  Allowance m;
+  const int K = problem.K, V = problem.V;
+  const bool k_major = problem.state_layout == StateLayout::k_major;
+  std::vector<double> M(static_cast<std::size_t>(V)), q(static_cast<std::size_t>(K)), k(q);
+  for (int n = 0; n < problem.N(); ++n) {
+    const std::int64_t row = problem.uses_state_cache() ? inputs.state_indices[static_cast<std::size_t>(n)] : n;
+    if (row < 0) continue;
+    for (int j = 0; j < problem.HV; ++j) {
+      const int h = j / problem.group_size();
+      for (int vv = 0; vv < V; ++vv) {
+        double sum = 0;
+        if (problem.has_h0) {
+          const double* S0 = inputs.h0.data() + (row * problem.HV + j) * std::int64_t(K) * V;
+          for (int kk = 0; kk < K; ++kk) {
+            const double x = k_major ? S0[std::int64_t(kk) * V + vv] : S0[std::int64_t(vv) * K + kk];
+            sum += x * x;
+          }
+        }
+        M[static_cast<std::size_t>(vv)] = std::sqrt(sum);
+      }
+      for (std::int64_t t = problem.seq_begin(n); t < problem.seq_begin(n) + problem.seq_len(n); ++t) {
+        reference::load_qk(problem, inputs, t, h, q.data(), k.data());
+        double g, beta, qn = 0;
+        reference::load_gates(problem, inputs, t, j, &g, &beta);
+        for (double x : q) qn += x * x;
+        qn = std::sqrt(qn);
+        const double alpha = std::exp(g);
+        for (int vv = 0; vv < V; ++vv) {
+          double& bound = M[static_cast<std::size_t>(vv)];
+          const double x = std::fabs(inputs.v[(t * problem.HV + j) * V + vv]);
+          bound = beta <= 1 ? std::sqrt(alpha * alpha * bound * bound + x * x) : alpha * bound + beta * x;
+          m.o = std::max(m.o, bound * qn);
+          m.intermediate = std::max(m.intermediate, bound);
+        }
+      }
+      for (double bound : M) m.hT = std::max(m.hT, bound);
+    }
+  }
+  return m;
 }
 
 Allowance allowance(const Tolerance& tolerance, const Implementation& impl, const Problem& problem,
@@ -130,10 +180,11 @@ Allowance allowance(const Tolerance& tolerance, const Implementation& impl, cons
                                            std::sqrt(double(longest + 1) * (problem.K + problem.V));
   if (tolerance.relative_per_log_decay > 0 && impl.formulation() == Formulation::chunked)
     growth += tolerance.relative_per_log_decay * chunk_log_decay(problem, inputs, impl.chunk_size());
+  const Allowance m = magnitudes(problem, inputs);
   Allowance a;
-  a.o = tolerance.absolute + max_abs(exact.o) * growth;
-  a.hT = tolerance.absolute + max_abs(exact.hT) * growth;
-  a.intermediate = tolerance.absolute + max_abs(exact.intermediate) * growth;
+  a.o = tolerance.absolute + std::max(max_abs(exact.o), m.o) * growth;
+  a.hT = tolerance.absolute + std::max(max_abs(exact.hT), m.hT) * growth;
+  a.intermediate = tolerance.absolute + std::max(max_abs(exact.intermediate), m.intermediate) * growth;
   if (tolerance.baseline_factor > 0) {
     // A chunked formulation has no per-token states: the sequential emulation stands in.
     const Formulation formulation =

@@ -9,11 +9,14 @@
 // Tolerances. Every comparison of an implementation's output with a value it should equal
 // allows, per output tensor (o, hT, intermediate states), a max-abs error of
 //
-//     absolute + max|exact| * (relative + relative_per_sqrt_work * sqrt((L + 1) * (K + V))
-//                                       + relative_per_log_decay * Gamma_C)
+//     absolute + scale * (relative + relative_per_sqrt_work * sqrt((L + 1) * (K + V))
+//                                  + relative_per_log_decay * Gamma_C)
 //              + baseline_factor * max|emulated - exact|
 //
-// with L the longest sequence of that run, Gamma_C = chunk_log_decay() (the largest in-chunk
+// with scale the larger of max|exact| and magnitudes() (rounding errors are relative to the
+// magnitudes the computation handles, |S| |q| for o and |S| for states, not to the result:
+// o = S^T q can be tiny by cancellation, e.g. one token with a small beta), L the longest
+// sequence of that run, Gamma_C = chunk_log_decay() (the largest in-chunk
 // cumulative |log decay|; 0 for a sequential formulation) and `emulated` reference::emulate()
 // on the same input (the precision-emulating baseline, computed only when baseline_factor > 0).
 //   * The double references: relative_per_sqrt_work = 64 u, relative_per_log_decay = 16 u
@@ -176,12 +179,22 @@ struct Allowance {
 Allowance allowance(const Tolerance& tolerance, const Implementation& impl, const Problem& problem,
                     const Inputs& inputs, const Outputs<double>& exact);
 
+// Bounds on the magnitudes the recurrence handles, from the inputs alone: for every column s
+// of a state (S[:, v]), |s_t|^2 <= exp(2 g_t) |s_{t-1}|^2 + v_t[v]^2 when beta <= 1 (the
+// component along k^ becomes a convex combination of the decayed one and v, the rest only
+// decays), |s_t| <= exp(g_t) |s_{t-1}| + beta |v_t[v]| otherwise; valid for |k^| <= 1, i.e.
+// contractive inputs. o: max over tokens of that bound times |scale q^_t|; hT, intermediate:
+// the bound itself.
+Allowance magnitudes(const Problem& problem, const Inputs& inputs);
+
 // The largest in-chunk cumulative log decay |g_s + ... + g_i| over every sequence, value head
 // and chunk of chunk_size tokens (s: the chunk's start, or the last token with exp(g) = 0 in
 // double, where the chunked form restarts its sums). The chunked form takes differences of
 // such sums, so their rounding (u per addition, relative to this magnitude) is an absolute
 // error in the exponent of every decay factor: a term no sequential computation has.
-double chunk_log_decay(const Problem& problem, const Inputs& inputs, int chunk_size);
+// long_double: where exp(g) = 0 is judged in long double (exp(-1e4) is not 0 there), for a
+// long double chunked computation.
+double chunk_log_decay(const Problem& problem, const Inputs& inputs, int chunk_size, bool long_double = false);
 
 // The spec's l2norm in long double, rounded to double.
 void l2normalize_rows(HostTensor<double>& x, int row_length);

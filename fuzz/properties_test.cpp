@@ -183,7 +183,7 @@ TEST_CASE("an independent naive implementation passes every property", "[propert
     fuzz::rc_section(impl.name() + ": " + property.name, [&]() {
       const Case c = *fuzz::gen_case(space);
       fuzz::rc_require(property.check(impl, c, tolerances));
-    }, 100);
+    }, 200);
 }
 
 // Each planted fault must fail at least one property within a fixed set of cases (drawn at
