@@ -8,6 +8,9 @@
 #define GDN_CUDA_REGISTERS_ITSELF 1
 #else
 #include "cuda/implementations.hpp"
+#if GDN_HAVE_CUDA_CHUNKED
+#include "cuda/chunked_implementation.hpp"
+#endif
 #endif
 #endif
 
@@ -61,6 +64,9 @@ oracle::Registry build() {
 #else
   add_kernel<gdn::cuda::RecurrentPrefillKernel>(registry, "CUDA recurrent prefill kernel");
   add_kernel<gdn::cuda::DecodeKernel>(registry, "CUDA decode kernel (state cache)");
+#if GDN_HAVE_CUDA_CHUNKED
+  add_kernel<gdn::cuda::ChunkedPrefillKernel>(registry, "CUDA chunked tensor-core prefill (C = 64)");
+#endif
 #endif
 #endif
   return registry;
