@@ -93,6 +93,9 @@ struct DeviceTensors {
 // it changes the reduction order (other bits, same function): benchmarks only.
 struct LaunchOptions {
   int column_lanes = 0;  // 0: default; else 2, 4 or 8 lanes across a V tile of 4 * lanes
+  // decode only: run the general kernel even where the streamed decode kernel applies (for
+  // comparison; both give the same bits).
+  bool general_decode = false;
 };
 
 // Full recurrence over a packed varlen batch (zero-length sequences allowed): one warp per
@@ -104,9 +107,19 @@ void recurrent_prefill(const Problem& problem, const DeviceTensors& tensors, cud
 // Decode (§5): a fixed-length batch (cu_seqlens = [0, Ts, 2 Ts, ...], Ts >= 1 tokens per
 // request) against a state cache (state_slots > 0) indexed by state_indices, updated in place.
 // Capturable in a CUDA graph: no host synchronisation, no allocation; behaviour depends on
-// device data only. Same kernel as the prefill (same bits), launched without cu_seqlens.
+// device data only. Where decode_uses_stream_kernel() says so, it runs the streamed decode
+// kernel (a persistent grid streaming whole states through shared memory with bulk async
+// copies, several per SM in flight); elsewhere the prefill's kernel without cu_seqlens. Both
+// run the same per-tile arithmetic in the same order: the same bits as the prefill.
 void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
             const LaunchOptions& options = {});
+
+// Whether decode(problem, ..., options) runs the streamed kernel: not forced off by
+// options.general_decode, the state is K * V * 4 <= 64 KiB with K * V a multiple of 4 (one
+// 16-byte-aligned bulk copy per state), V fits 8 tiles of 4 * column_lanes columns and a lane
+// holds at most 16 rows of K (at the default tile: K <= 128 with V <= 128, or K > 128 with
+// V <= 64). Host-only, no CUDA call.
+bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& options = {});
 
 // The host-side checks alone (no CUDA call): what the launches run first.
 void validate_prefill(const Problem& problem, const DeviceTensors& tensors);

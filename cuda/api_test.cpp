@@ -179,3 +179,32 @@ TEST_CASE("state indices: a host copy is checked for range and duplicates before
   p.has_hT = false;  // read-only: sharing a slot is fine
   CHECK_NOTHROW(validate_decode(p, t));
 }
+
+TEST_CASE("decode picks the streamed kernel only where it applies", "[cuda][api]") {
+  auto decode_problem = [](int K, int V) {
+    Problem p = Problem::fixed_length(4, 1, 2, 4, K, V);
+    p.state_slots = 8;
+    p.has_h0 = true;
+    p.has_hT = true;
+    return p;
+  };
+  // The benchmark shape: a 64 KiB state, 8 tiles of 16 columns, 16 rows per lane.
+  CHECK(decode_uses_stream_kernel(decode_problem(128, 128)));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(128, 128), LaunchOptions{0, true}));
+  // Odd sizes are fine while K * V is a multiple of 4 (one aligned bulk copy per state).
+  CHECK(decode_uses_stream_kernel(decode_problem(3, 4)));
+  CHECK(decode_uses_stream_kernel(decode_problem(100, 36)));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(3, 5)));
+  // Over 64 KiB, over 8 tiles (V > 128 at 16 columns), or K > 128 with V > 64.
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(256, 256)));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(64, 192)));
+  CHECK(decode_uses_stream_kernel(decode_problem(256, 64)));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(129, 128)));
+  // 32 rows per lane (8 column lanes at K = 128) would spill: the general kernel runs.
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(128, 128), LaunchOptions{8, false}));
+  CHECK(decode_uses_stream_kernel(decode_problem(64, 128), LaunchOptions{8, false}));
+  // A dense-state problem (no cache) is never a decode.
+  Problem dense = decode_problem(128, 128);
+  dense.state_slots = 0;
+  CHECK_FALSE(decode_uses_stream_kernel(dense));
+}

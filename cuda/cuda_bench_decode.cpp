@@ -5,7 +5,8 @@
 // Each iteration is timed with CUDA events around one launch, host-side checks included
 // (mode "launch"), or around the replay of a CUDA graph holding the launch (mode "graph").
 // Args: batch, column_lanes (0 = default tile), status (1: the graph-safe state-index check
-// kernel runs first), graph (1: replay a captured graph).
+// kernel runs first), graph (1: replay a captured graph), general (1: force the general kernel
+// where the streamed decode kernel applies; counter "streamed" says which one ran).
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -42,6 +43,7 @@ void BM_decode(benchmark::State& state) {
   options.column_lanes = static_cast<int>(state.range(1));
   const bool with_status = state.range(2) != 0;
   const bool graph_mode = state.range(3) != 0;
+  options.general_decode = state.range(4) != 0;
   const Problem p = decode_problem(batch);
   // One device problem per batch for the whole process (a 1024-request cache is 2 GiB); the
   // state keeps evolving from launch to launch, which is what decode does.
@@ -77,6 +79,7 @@ void BM_decode(benchmark::State& state) {
   }
   bench::report(state, total, state.iterations(), p, state_traffic_bytes(p));
   state.counters["batch"] = batch;
+  state.counters["streamed"] = decode_uses_stream_kernel(p, options) ? 1 : 0;
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
@@ -85,16 +88,17 @@ void BM_decode(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
-// The default tile at every batch, plain and with the status check, launch and graph modes.
+// The default tile at every batch, plain and with the status check, launch and graph modes,
+// the streamed kernel and the general one.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph"})
-    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general"})
+    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 

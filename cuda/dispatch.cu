@@ -1,4 +1,4 @@
-// Dtype dispatch of the recurrent kernel, and the state-index check kernel.
+// Dtype dispatch of the recurrent kernel and of the streamed decode kernel, and the state-index check kernel.
 #include <cuda_runtime.h>
 
 #include "cuda/recurrent_params.hpp"
@@ -8,6 +8,20 @@ namespace gdn::cuda::detail {
 bool launch_recurrent_f32(int, int, const RecurrentParams&, cudaStream_t);
 bool launch_recurrent_bf16(int, int, const RecurrentParams&, cudaStream_t);
 bool launch_recurrent_f16(int, int, const RecurrentParams&, cudaStream_t);
+
+bool launch_decode_stream_f32(int, int, const RecurrentParams&, const StreamParams&, cudaStream_t);
+bool launch_decode_stream_bf16(int, int, const RecurrentParams&, const StreamParams&, cudaStream_t);
+bool launch_decode_stream_f16(int, int, const RecurrentParams&, const StreamParams&, cudaStream_t);
+
+bool launch_decode_stream(ElementType input, int column_lanes, int rows_per_lane, const RecurrentParams& params,
+                          const StreamParams& sp, cudaStream_t stream) {
+  switch (input) {
+    case ElementType::f32: return launch_decode_stream_f32(column_lanes, rows_per_lane, params, sp, stream);
+    case ElementType::bf16: return launch_decode_stream_bf16(column_lanes, rows_per_lane, params, sp, stream);
+    case ElementType::f16: return launch_decode_stream_f16(column_lanes, rows_per_lane, params, sp, stream);
+  }
+  return false;
+}
 
 bool launch_recurrent(ElementType input, int column_lanes, int rows_per_lane,
                       const RecurrentParams& params, cudaStream_t stream) {

@@ -155,6 +155,30 @@ int rows_per_lane_for(const Problem& p, int column_lanes) {
   return rows;
 }
 
+// Where the streamed decode kernel applies (api.hpp, decode_uses_stream_kernel).
+bool stream_kernel_applies(const Problem& p, int column_lanes) {
+  const std::int64_t state_elements = std::int64_t(p.K) * p.V;
+  const int num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
+  return p.uses_state_cache() && state_elements % 4 == 0 && state_elements * 4 <= detail::kStreamMaxStateBytes &&
+         num_tiles <= detail::kStreamMaxTiles && rows_per_lane_for(p, column_lanes) <= 16;
+}
+
+// Stages: as many as the shared-memory budget holds (at most kStreamMaxStages), at least 2.
+detail::StreamParams stream_params_for(const Problem& p) {
+  detail::StreamParams sp{};
+  const std::int64_t state_bytes = std::int64_t(p.K) * p.V * 4;
+  const std::int64_t stride_bytes = (state_bytes + 127) / 128 * 128;
+  sp.state_bytes = static_cast<unsigned>(state_bytes);
+  sp.stage_floats = static_cast<int>(stride_bytes / 4);
+  sp.stages = static_cast<int>(std::clamp<std::int64_t>(detail::kStreamSmemBudget / stride_bytes, 2,
+                                                         detail::kStreamMaxStages));
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sp.multiprocessors, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute(multiprocessors)");
+  return sp;
+}
+
 void check_device_pointers(const Problem& p, const DeviceTensors& t, bool decode, cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
@@ -233,6 +257,14 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
     }
     check_cuda(cudaGetLastError(), "check_indices launch");
   }
+  if (decode && !options.general_decode && stream_kernel_applies(p, column_lanes)) {
+    if (!detail::launch_decode_stream(element_type(p.input_dtype), column_lanes, rows_per_lane, r,
+                                      stream_params_for(p), stream))
+      fail("K", "no streamed decode kernel instance for column_lanes = " + str(column_lanes) +
+                    ", rows per lane " + str(rows_per_lane));
+    check_cuda(cudaGetLastError(), "streamed decode kernel launch");
+    return;
+  }
   if (!detail::launch_recurrent(element_type(p.input_dtype), column_lanes, rows_per_lane, r, stream))
     fail("K", "no kernel instance for column_lanes = " + str(column_lanes) + ", rows per lane " +
                   str(rows_per_lane));
@@ -256,6 +288,14 @@ void recurrent_prefill(const Problem& problem, const DeviceTensors& tensors, cud
 void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
             const LaunchOptions& options) {
   launch(problem, tensors, stream, options, true);
+}
+
+bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& options) {
+  if (options.general_decode) return false;
+  if (options.column_lanes != 0 && options.column_lanes != 2 && options.column_lanes != 4 &&
+      options.column_lanes != 8)
+    return false;
+  return stream_kernel_applies(problem, column_lanes_for(problem, options));
 }
 
 bool device_available(std::string* why) {

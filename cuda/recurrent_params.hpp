@@ -51,6 +51,30 @@ constexpr int kWarpsPerBlock = 4;
 // per-dtype .cu files. Returns false when that combination is not instantiated.
 bool launch_recurrent(ElementType input, int column_lanes, int rows_per_lane,
                       const RecurrentParams& params, cudaStream_t stream);
+// The decode-specialised (streamed) kernel, decode_stream_kernel.cuh: a persistent grid whose
+// blocks stream whole [K, V] states through a ring of shared-memory stages with bulk async
+// copies. It needs the state (K * V * 4 bytes) to be a multiple of 16 bytes and to fit
+// kStreamMaxStateBytes, and at most kStreamMaxTiles V tiles (one consumer warp each, plus the
+// producer warp).
+constexpr int kStreamMaxStages = 8;
+constexpr int kStreamMaxTiles = 8;
+constexpr int kStreamMaxThreads = (kStreamMaxTiles + 1) * 32;
+constexpr std::int64_t kStreamMaxStateBytes = 64 * 1024;
+// Shared memory for the stages (~200 KiB of loads in flight per SM at 3 x 64 KiB), and the
+// header in front of them (the full and empty barrier of each stage).
+constexpr std::int64_t kStreamSmemBudget = 192 * 1024;
+constexpr std::int64_t kStreamHeaderBytes = 512;
+
+struct StreamParams {
+  int stages;            // 2 .. kStreamMaxStages
+  int stage_floats;      // stride between stages (K * V rounded up to 128 bytes)
+  unsigned state_bytes;  // K * V * 4
+  int multiprocessors;   // of the launching device
+};
+
+bool launch_decode_stream(ElementType input, int column_lanes, int rows_per_lane, const RecurrentParams& params,
+                          const StreamParams& stream_params, cudaStream_t stream);
+
 // One-block check of state_indices against [0, state_slots) (-1 allowed) writing *status.
 void launch_check_indices(const std::int32_t* indices, int N, std::int64_t slots, int* status,
                           cudaStream_t stream);

@@ -1,0 +1,261 @@
+#pragma once
+// The decode-specialised ("streamed") path (§5): a persistent kernel that keeps the state
+// cache's bytes in flight.
+//
+// Why: the general kernel (recurrent_kernel.cuh) gives each warp one (request, head, V tile),
+// loads its slice of the state into registers, computes, stores and exits. A warp waits for its
+// own state loads and the SM holds only ~12 such warps (162 registers each), so too few bytes
+// are in flight to reach the copy bandwidth (62% of copy at 1024 requests on the H200).
+//
+// Here one block per SM (or more for small states) runs over the items (request n, value head
+// j) item = blockIdx.x, blockIdx.x + gridDim.x, ... One producer warp streams each item's
+// whole [K, V] fp32 state (one contiguous K*V*4-byte block in both layouts) from its cache slot
+// into a ring of STAGES shared-memory buffers with Hopper bulk async copies
+// (cp.async.bulk ... mbarrier::complete_tx::bytes), several items ahead of the math. The
+// consumer warps, one per V tile, copy their slice of the staged state into registers, release
+// the buffer at once (so the next load starts while they compute), run the general kernel's own
+// Tile code on it (same lane mapping, same reduction order: the same bits as the general
+// kernel, so decode == prefill bitwise still holds), and write the updated state back to the
+// slot with plain vector stores straight from registers (posted writes: nothing to wait for).
+// The first token of the block's next item is prefetched into registers during the current
+// one. No atomics, no inter-block communication: deterministic and batch invariant.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "cuda/recurrent_kernel.cuh"
+
+namespace gdn::cuda::detail {
+
+namespace stream {
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void barrier_init(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (the bulk copies' completions).
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
+}
+__device__ __forceinline__ void arrive_expect_tx(std::uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void wait(std::uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "WAIT_LOOP:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra WAIT_LOOP;\n}" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+// global -> shared bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned),
+// completing on *bar as transaction bytes.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, std::uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_address(dst)),
+               "l"(src), "r"(bytes), "r"(smem_address(bar))
+               : "memory");
+}
+
+}  // namespace stream
+
+template <class In, int COL_LANES, int RPL, bool ALIGNED>
+__global__ void __launch_bounds__(kStreamMaxThreads, 1)
+    decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED>;
+  static_assert(RPL <= 16, "32 rows per lane spill here (see launch_stream_for_type)");
+  extern __shared__ __align__(128) unsigned char smem[];
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem);
+  std::uint64_t* empty = full + kStreamMaxStages;
+  float* stages = reinterpret_cast<float*>(smem + kStreamHeaderBytes);
+
+  // Every thread reads the same word (written by an earlier kernel in the stream): the whole
+  // block leaves together, before any barrier exists.
+  if (p.status != nullptr && *p.status != 0) return;
+
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int consumers = p.num_tiles;
+  const int num_stages = sp.stages;
+  const std::int64_t items = std::int64_t(p.N) * p.HV;
+  const std::int64_t state_elems = std::int64_t(p.K) * p.V;
+  const std::int64_t ts = p.tokens_per_sequence;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < num_stages; ++s) {
+      stream::barrier_init(&full[s], 1);           // the producer's arrive (+ the copy's bytes)
+      stream::barrier_init(&empty[s], consumers);  // one arrive per consumer warp
+    }
+    stream::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp == consumers) {
+    // Producer warp. Slot indices are read 32 items at a time (one per lane), so the loop
+    // waits for an index load once per 32 items, not once per item.
+    int slots = -1;
+    int i = 0;
+    for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x, ++i) {
+      if ((i & 31) == 0) {
+        const std::int64_t mine = item + std::int64_t(lane) * gridDim.x;
+        slots = mine < items ? p.state_indices[mine / p.HV] : -1;
+      }
+      const int slot = __shfl_sync(0xffffffffu, slots, i & 31);
+      if (lane == 0) {
+        const int s = i % num_stages;
+        if (i >= num_stages) stream::wait(&empty[s], unsigned((i / num_stages) - 1) & 1u);
+        // Padding (-1) and out-of-range slots read nothing (the latter are errors reported by
+        // the status pre-pass or the host check; never touch memory through them).
+        if (p.has_h0 && slot >= 0 && slot < p.state_slots) {
+          const int j = int(item % p.HV);
+          stream::arrive_expect_tx(&full[s], sp.state_bytes);
+          stream::bulk_load(stages + std::int64_t(s) * sp.stage_floats,
+                            p.state_cache + (std::int64_t(slot) * p.HV + j) * state_elems, sp.state_bytes, &full[s]);
+        } else {
+          stream::arrive(&full[s]);
+        }
+      }
+      __syncwarp();
+    }
+    return;
+  }
+
+  // Consumer warp `warp` owns V tile `warp` of every item. Each consumer reads the slot index
+  // itself (prefetched with the token, one item ahead): the producer and the consumers share
+  // nothing but the staged states and the barriers.
+  const int tile = warp;
+  Token<In, RPL> cur;
+  int cur_slot = -1;
+  if (blockIdx.x < items) {
+    const std::int64_t item = blockIdx.x;
+    const TileT first(p, lane, tile, int(item % p.HV));
+    first.load_token((item / p.HV) * ts, cur);
+    cur_slot = p.state_indices[item / p.HV];
+  }
+  int i = 0;
+  for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x, ++i) {
+    const int j = int(item % p.HV);
+    const int n = int(item / p.HV);
+    const TileT tl(p, lane, tile, j);
+    const std::int64_t bos = std::int64_t(n) * ts, eos = bos + ts;
+    const int s = i % num_stages;
+    stream::wait(&full[s], unsigned(i / num_stages) & 1u);
+    const std::int64_t row = cur_slot;
+    const bool in_range = row >= 0 && row < p.state_slots;
+
+    float st[RPL][4];
+    if (in_range && p.has_h0) {
+      tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
+    } else {
+#pragma unroll
+      for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
+    }
+    // The slice is in registers (the arrive releases the reads before it): the buffer can
+    // take the next load while this warp computes.
+    __syncwarp();
+    if (lane == 0) stream::arrive(&empty[s]);
+
+    Token<In, RPL> upcoming;
+    int upcoming_slot = -1;
+    const std::int64_t next_item = item + gridDim.x;
+    if (next_item < items) {
+      const TileT nt(p, lane, tile, int(next_item % p.HV));
+      nt.load_token((next_item / p.HV) * ts, upcoming);
+      upcoming_slot = p.state_indices[next_item / p.HV];
+    }
+
+    if (row == -1) {
+      // Padding (§5): read and write nothing in the cache; output rows are zeros.
+      const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
+      for (std::int64_t t = bos; t < eos; ++t) {
+        tl.store_o(t, zeros);
+        if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), st);  // st is zero here
+      }
+    } else if (in_range) {
+      // The general kernel's token loop, unchanged (same bits).
+      for (std::int64_t t = bos; t < eos; ++t) {
+        Token<In, RPL> next;
+        const bool has_next = t + 1 < eos;
+        if (has_next) tl.load_token(t + 1, next);
+        float o[4];
+        tl.step(cur, st, o);
+        tl.store_o(t, o);
+        if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), st);
+        if (has_next) cur = next;
+      }
+      if (p.has_hT) tl.store_state(p.state_cache + (row * p.HV + j) * state_elems, st);
+    }
+
+    if (next_item < items) {
+      cur = upcoming;
+      cur_slot = upcoming_slot;
+    }
+  }
+}
+
+// Launches one instance on a persistent grid: as many blocks as fit on the device at once
+// (at most one per item). Shared memory: header + stages * stage_floats * 4 bytes.
+template <auto Kernel>
+void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
+  const int threads = (params.num_tiles + 1) * 32;
+  const std::size_t smem = kStreamHeaderBytes + std::size_t(sp.stages) * sp.stage_floats * sizeof(float);
+  const std::int64_t items = std::int64_t(params.N) * params.HV;
+  // Blocks per SM for this (threads, smem), asked once per device and kept: the occupancy
+  // query is not free and batch-1 decode is latency bound.
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, std::size_t>, int> resident_per_sm;
+  int device = 0;
+  (void)cudaGetDevice(&device);
+  int per_sm = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto [at, inserted] = resident_per_sm.try_emplace({device, threads, smem}, 1);
+    if (inserted) {
+      // Once per device and shape: allow the largest request the stage ring can make.
+      (void)cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 int(kStreamHeaderBytes + kStreamSmemBudget));
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&at->second, Kernel, threads, smem) != cudaSuccess ||
+          at->second < 1)
+        at->second = 1;
+    }
+    per_sm = at->second;
+  }
+  const std::int64_t resident = std::int64_t(per_sm) * sp.multiprocessors;
+  const unsigned blocks = static_cast<unsigned>(items < resident ? items : resident);
+  Kernel<<<dim3(blocks), dim3(threads), smem, stream>>>(params, sp);
+}
+
+template <class In, int COL_LANES, int RPL>
+void launch_stream_instance(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
+  if (params.vector_k && params.vector_v)
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true>>(params, sp, stream);
+  else
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, false>>(params, sp, stream);
+}
+
+// The general kernel's (COL_LANES, RPL) set up to 16 rows per lane: at 32 the state alone is
+// 128 registers and, at the 168 registers that 9 warps per SM partition leave, it spills
+// (launch.cpp routes those to the general kernel).
+template <class In>
+bool launch_stream_for_type(int column_lanes, int rows_per_lane, const RecurrentParams& params,
+                            const StreamParams& sp, cudaStream_t stream) {
+#define GDN_CASE(CL, RPL)                                      \
+  if (column_lanes == CL && rows_per_lane == RPL) {            \
+    launch_stream_instance<In, CL, RPL>(params, sp, stream);   \
+    return true;                                               \
+  }
+  GDN_CASE(2, 4) GDN_CASE(2, 8) GDN_CASE(2, 16)
+  GDN_CASE(4, 4) GDN_CASE(4, 8) GDN_CASE(4, 16)
+  GDN_CASE(8, 4) GDN_CASE(8, 8) GDN_CASE(8, 16)
+#undef GDN_CASE
+  return false;
+}
+
+}  // namespace gdn::cuda::detail
