@@ -63,6 +63,16 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
                "l"(src), "r"(bytes), "r"(smem_address(bar))
                : "memory");
 }
+// The same with an L2 evict-first policy: a state is read once per launch.
+__device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src, unsigned bytes, std::uint64_t* bar) {
+  asm volatile(
+      "{\n\t.reg .b64 policy;\n\t"
+      "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], policy;\n}" ::"r"(
+          smem_address(dst)),
+      "l"(src), "r"(bytes), "r"(smem_address(bar))
+      : "memory");
+}
 
 }  // namespace stream
 
@@ -116,8 +126,10 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
         if (p.has_h0 && slot >= 0 && slot < p.state_slots) {
           const int j = int(item % p.HV);
           stream::arrive_expect_tx(&full[s], sp.state_bytes);
-          stream::bulk_load(stages + std::int64_t(s) * sp.stage_floats,
-                            p.state_cache + (std::int64_t(slot) * p.HV + j) * state_elems, sp.state_bytes, &full[s]);
+          float* dst = stages + std::int64_t(s) * sp.stage_floats;
+          const float* src = p.state_cache + (std::int64_t(slot) * p.HV + j) * state_elems;
+          if (sp.l2_evict_first) stream::bulk_load_evict_first(dst, src, sp.state_bytes, &full[s]);
+          else stream::bulk_load(dst, src, sp.state_bytes, &full[s]);
         } else {
           stream::arrive(&full[s]);
         }

@@ -2,6 +2,7 @@
 // word). Compiled by the host compiler; the kernels live in the .cu files.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,13 @@ detail::StreamParams stream_params_for(const Problem& p) {
   sp.stage_floats = static_cast<int>(stride_bytes / 4);
   sp.stages = static_cast<int>(std::clamp<std::int64_t>(detail::kStreamSmemBudget / stride_bytes, 2,
                                                          detail::kStreamMaxStages));
+  // Tuning switch for benchmarks only (no effect on the bits): GDN_STREAM_L2_HINT=0 turns the
+  // evict-first policy of the state loads off.
+  static const bool evict_first = [] {
+    const char* env = std::getenv("GDN_STREAM_L2_HINT");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  sp.l2_evict_first = evict_first ? 1 : 0;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sp.multiprocessors, cudaDevAttrMultiProcessorCount, device),
