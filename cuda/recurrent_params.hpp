@@ -70,7 +70,7 @@ struct StreamParams {
   int stage_floats;      // stride between stages (K * V rounded up to 128 bytes)
   unsigned state_bytes;  // K * V * 4
   int multiprocessors;   // of the launching device
-  int l2_evict_first;    // state loads with an L2 evict-first policy (GDN_STREAM_L2_HINT=0: off)
+  int l2_evict_first;    // state loads with an L2 evict-first policy (GDN_STREAM_L2_HINT=1; off by default)
 };
 
 bool launch_decode_stream(ElementType input, int column_lanes, int rows_per_lane, const RecurrentParams& params,

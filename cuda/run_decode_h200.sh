@@ -35,9 +35,9 @@ GDN_COMMAND="$BIN/cuda_bench_decode --benchmark_out=decode.json --benchmark_out_
   --benchmark_counters_tabular=true > "$OUT/bench.log" 2>&1
 echo "bench exit $?" >> "$OUT/bench.log"
 grep -E "BM_|exit" "$OUT/bench.log" | sed -E 's/ +/ /g' | tee -a "$LOG" | tail -40
-log "decode benchmark, streamed kernel without the L2 evict-first hint (GDN_STREAM_L2_HINT=0)"
-GDN_STREAM_L2_HINT=0 GDN_COMMAND="GDN_STREAM_L2_HINT=0 $BIN/cuda_bench_decode --benchmark_filter=... (cuda/run_decode_h200.sh)" \
+log "decode benchmark, streamed kernel with the L2 evict-first hint (GDN_STREAM_L2_HINT=1)"
+GDN_STREAM_L2_HINT=1 GDN_COMMAND="GDN_STREAM_L2_HINT=1 $BIN/cuda_bench_decode --benchmark_filter=... (cuda/run_decode_h200.sh)" \
   timeout 60 "$BIN/cuda_bench_decode" --benchmark_filter='BM_copy|BM_decode/.*column_lanes:0/status:0/.*general:0' \
-  --benchmark_out="$OUT/decode_no_l2_hint.json" --benchmark_out_format=json > "$OUT/bench_no_hint.log" 2>&1
-grep -E "BM_" "$OUT/bench_no_hint.log" | sed -E 's/ +/ /g' | tee -a "$LOG"
+  --benchmark_out="$OUT/decode_l2_hint.json" --benchmark_out_format=json > "$OUT/bench_hint.log" 2>&1
+grep -E "BM_" "$OUT/bench_hint.log" | sed -E 's/ +/ /g' | tee -a "$LOG"
 log "done"
