@@ -186,7 +186,14 @@ def _verdict_from_json(record: dict, source: str) -> Verdict:
     if status not in STATUSES:
         raise InputError(f"{source}: verdict status must be one of {', '.join(STATUSES)}, got '{record['status']}'")
     text, problem = problem_of(record)
-    v = Verdict(case=str(record.get("case", record.get("file", "?"))), implementation=str(record["implementation"]),
+    # One kernel judged under two budget models (a campaign verifies with the calibrated budget
+    # and again with the fixed thresholds) is two rows, never one mixed tally.
+    implementation = str(record["implementation"])
+    budget = str(record.get("budget", ""))
+    model = re.match(r"[a-z]*", budget).group(0)
+    if model in ("fixed", "bitwise"):
+        implementation += f" [{model} budget]"
+    v = Verdict(case=str(record.get("case", record.get("file", "?"))), implementation=implementation,
                 status=status, problem_text=text, problem=problem, generator=_generator_of(record),
                 worst_margin=number(record.get("worst_margin")), budget=str(record.get("budget", "")),
                 message=str(record.get("message", "")), source=source, file=str(record.get("file", "")),
