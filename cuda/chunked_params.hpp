@@ -39,17 +39,49 @@ struct ChunkedParams {
   float* debug_Vnew;   // [chunks, HV, 64, V]
   float* debug_S0;     // [chunks, HV, K, V]
   float* debug_S_end;  // [chunks, HV, K, V]
+
+  // Workspace of the prepass (chunked_prepare writes it, chunked_forward reads it).
+  std::int64_t* ws_offsets;   // [N + 1]: first global chunk of each sequence (total at [N]), from cu_seqlens
+  unsigned char* ws_records;  // [ws_chunks, HV] records of chunked_record_bytes each
+  std::int64_t ws_chunks;     // chunks of the batch, counted on the host from the Problem
 };
 
 constexpr int kChunkedThreads = 256;
 constexpr int kChunkedChunk = 64;
 
-// Launches the chunked kernel instance for (input type, padded K, value tile); defined in
-// chunked_dispatch.cu. *instantiated is false (and nothing is launched) when that combination
-// does not exist; the return value is the error of raising the instance's shared-memory limit.
-cudaError_t launch_chunked(ElementType input, int key_pad, int value_tile, const ChunkedParams& params,
-                           std::int64_t blocks, cudaStream_t stream, bool* instantiated);
-// Dynamic shared memory of an instance (0 when not instantiated), for tests and tuning notes.
+// One prepass record per (chunk, value head): T hi, T lo (bf16/fp16 only), P as 64 x 64 tiles of
+// the input dtype (rows of 64, unpadded), then 6 x 64 fp32 scalars (beta, r_q, r_k, e_start,
+// e_end, then the chunk decay and 63 zeros). A multiple of 128 bytes.
+constexpr std::size_t chunked_record_bytes(std::size_t element_size, bool split) {
+  return (split ? 3 : 2) * std::size_t(kChunkedChunk) * kChunkedChunk * element_size + 6 * kChunkedChunk * 4;
+}
+constexpr std::size_t chunked_record_bytes(ElementType input) {
+  return chunked_record_bytes(input == ElementType::f32 ? 4 : 2, input != ElementType::f32);
+}
+// Workspace offsets array: (N + 1) int64, padded to 256 bytes; the records follow.
+constexpr std::size_t chunked_offsets_bytes(int N) { return (std::size_t(N + 1) * 8 + 255) / 256 * 256; }
+
+// Hopper: 228 KB of shared memory per SM, 1 KB of it reserved per resident block, at most
+// 227 KB per block. Blocks of the forward kernel one SM can hold by shared memory (1 or 2; the
+// kernel's __launch_bounds__ and the host's V-tile choice both use this).
+constexpr std::size_t kChunkedSmemPerSM = 228 * 1024;
+constexpr std::size_t kChunkedSmemReservedPerBlock = 1024;
+constexpr int chunked_blocks_per_sm(std::size_t dynamic_shared_bytes) {
+  return 2 * (dynamic_shared_bytes + kChunkedSmemReservedPerBlock) <= kChunkedSmemPerSM ? 2 : 1;
+}
+
+// Raises the shared-memory limits of the kernels of one instance (input type, padded K, value
+// tile) once per process; defined in chunked_dispatch.cu. *instantiated is false (and nothing is
+// done) when that combination does not exist. No launch.
+cudaError_t configure_chunked(ElementType input, int key_pad, int value_tile, bool* instantiated);
+// Enqueues, on `stream`, the offsets kernel (params.ws_offsets from cu_seqlens), the prepass
+// (prep_blocks = ws_chunks * HV blocks, none when 0) and the forward (`blocks` blocks) of a
+// configured instance. Returns cudaGetLastError() after the launches.
+cudaError_t enqueue_chunked(ElementType input, int key_pad, int value_tile, const ChunkedParams& params,
+                            std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream);
+// Dynamic shared memory of the forward kernel of an instance (0 when not instantiated), and of
+// the prepass of (input type, padded K), for tests, tuning notes and the V-tile choice.
 std::size_t chunked_shared_bytes(ElementType input, int key_pad, int value_tile);
+std::size_t chunked_prepare_shared_bytes(ElementType input, int key_pad);
 
 }  // namespace gdn::cuda::detail

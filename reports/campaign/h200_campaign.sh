@@ -11,7 +11,8 @@
 #
 #   GDN_COMMIT=<sha> bash reports/campaign/h200_campaign.sh .carry/gdn-testbed .whl
 #
-# Environment: FUZZ_SECONDS (300), FUZZ_SHARDS (6), CAMPAIGN_SECONDS (420, fla), SEED (1).
+# Environment: FUZZ_SECONDS (300), FUZZ_SHARDS (6), CAMPAIGN_SECONDS (420, fla), SEED (1),
+# CONFORMANCE_SECONDS (240).
 set -u -o pipefail
 BIN=$(realpath "$1")
 WHEELS=$2
@@ -46,7 +47,7 @@ note "fuzz shards done"
   > "$WORKDIR/fuzz/merge.log" 2>&1
 note "fuzz merged (rc $?): $(head -c 600 "$WORKDIR/fuzz/merge.log" | tr '\n' ' ')"
 
-timeout 240 "$BIN" conformance --json "$WORKDIR/conformance_all.json" --junit "$WORKDIR/conformance_all.xml" \
+timeout "${CONFORMANCE_SECONDS:-240}" "$BIN" conformance --json "$WORKDIR/conformance_all.json" --junit "$WORKDIR/conformance_all.xml" \
   > "$WORKDIR/conformance_all.log" 2>&1
 note "conformance (rc $?): $(tail -2 "$WORKDIR/conformance_all.log" | tr '\n' ' ')"
 
