@@ -3,6 +3,7 @@
 // the pointers, so host addresses carved from one buffer stand in for device memory.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <vector>
 
 #include "cuda/chunked_prefill.hpp"
@@ -73,7 +74,9 @@ void require_rejected(const Problem& p, const std::string& argument, const Chunk
   } catch (const ProblemError& e) {
     CHECK(e.argument() == argument);
   }
-  if (options.value_tile == 0 && options.debug == nullptr) {
+  // A problem rule (not an option's) also makes chunked_prefill_supports say no.
+  if (options.value_tile == 0 && options.debug == nullptr && options.workspace == nullptr &&
+      options.workspace_bytes == 0) {
     std::string why;
     CHECK_FALSE(chunked_prefill_supports(p, &why));
     CHECK(why.find(argument) == 0);
@@ -157,6 +160,46 @@ TEST_CASE("chunked api: value tile and debug options are checked", "[chunked][ap
   ChunkedOptions debug;
   debug.debug = &partial;
   require_rejected(base(), "debug", debug);
+}
+
+TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[chunked][api]") {
+  // base(): 1 + 1 + 0 + 3 chunks, HV 4; (N + 1) int64 offsets padded to 256 bytes, then per
+  // (chunk, head) 3 x 64 x 64 bf16 + 6 x 64 fp32 = 26112 bytes (fp32: 2 x 64 x 64 fp32 + same).
+  const Problem p = base();
+  CHECK(chunked_workspace_bytes(p) == 256 + 5 * 4 * 26112);
+  Problem f32 = base();
+  f32.input_dtype = DType::f32;
+  CHECK(chunked_workspace_bytes(f32) == 256 + 5 * 4 * 34304);
+  Problem empty = Problem::packed({0, 0}, 1, 1, 16, 16);
+  CHECK(chunked_workspace_bytes(empty) == 256);
+
+  FakeTensors f(p);
+  std::vector<unsigned char> space(chunked_workspace_bytes(p) + 64);
+  unsigned char* aligned = space.data() + (16 - reinterpret_cast<std::uintptr_t>(space.data()) % 16) % 16;
+  ChunkedOptions given;
+  given.workspace = aligned;
+  given.workspace_bytes = chunked_workspace_bytes(p);
+  CHECK_NOTHROW(validate_chunked_prefill(p, f.t, given));
+  ChunkedOptions small = given;
+  small.workspace_bytes -= 1;
+  require_rejected(p, "workspace", small);
+  ChunkedOptions misaligned = given;
+  misaligned.workspace = aligned + 8;
+  require_rejected(p, "workspace", misaligned);
+  ChunkedOptions dangling;
+  dangling.workspace_bytes = 1024;
+  require_rejected(p, "workspace", dangling);
+}
+
+TEST_CASE("chunked api: blocks per SM of the state kernel's instances", "[chunked][api]") {
+  Problem p = base();
+  for (int tile : {16, 32, 64, 128}) CHECK(chunked_blocks_per_sm(p, tile) == 1);
+  p.K = 64;
+  CHECK(chunked_blocks_per_sm(p, 16) == 2);  // 99 KB of shared memory, <= 128 registers
+  for (int tile : {32, 64, 128}) CHECK(chunked_blocks_per_sm(p, tile) == 1);
+  p.input_dtype = DType::f32;
+  for (int tile : {16, 32}) CHECK(chunked_blocks_per_sm(p, tile) == 1);
+  CHECK(chunked_blocks_per_sm(p, 64) == 0);  // no fp32 instance
 }
 
 TEST_CASE("chunked api: a null or misaligned tensor is caught by the shared rules", "[chunked][api]") {

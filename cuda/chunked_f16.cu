@@ -1,35 +1,23 @@
-// The chunked kernel's f16 instances (see chunked_dispatch.cu).
+// The chunked kernels' f16 instances (see chunked_dispatch.cu and chunked_kernel.cuh).
 #include "cuda/chunked_kernel.cuh"
 
 namespace gdn::cuda::detail {
 
-cudaError_t launch_chunked_f16(int key_pad, int value_tile, const ChunkedParams& p, std::int64_t blocks,
-                               cudaStream_t stream, bool* instantiated) {
-  using E = __half;
-  *instantiated = true;
-  if (key_pad == 64 && value_tile == 16) return chunked::launch_instance<E, 64, 16>(p, blocks, stream);
-  if (key_pad == 64 && value_tile == 32) return chunked::launch_instance<E, 64, 32>(p, blocks, stream);
-  if (key_pad == 64 && value_tile == 64) return chunked::launch_instance<E, 64, 64>(p, blocks, stream);
-  if (key_pad == 64 && value_tile == 128) return chunked::launch_instance<E, 64, 128>(p, blocks, stream);
-  if (key_pad == 128 && value_tile == 16) return chunked::launch_instance<E, 128, 16>(p, blocks, stream);
-  if (key_pad == 128 && value_tile == 32) return chunked::launch_instance<E, 128, 32>(p, blocks, stream);
-  if (key_pad == 128 && value_tile == 64) return chunked::launch_instance<E, 128, 64>(p, blocks, stream);
-  if (key_pad == 128 && value_tile == 128) return chunked::launch_instance<E, 128, 128>(p, blocks, stream);
-  *instantiated = false;
-  return cudaSuccess;
+using Entry_f16 = chunked::Entry<__half>;
+
+cudaError_t configure_chunked_f16(int key_pad, int value_tile, bool* instantiated) {
+  return Entry_f16::configure(key_pad, value_tile, instantiated);
 }
 
-std::size_t chunked_shared_bytes_f16(int key_pad, int value_tile) {
-  using E = __half;
-  if (key_pad == 64 && value_tile == 16) return chunked::Plan<E, 64, 16>::bytes;
-  if (key_pad == 64 && value_tile == 32) return chunked::Plan<E, 64, 32>::bytes;
-  if (key_pad == 64 && value_tile == 64) return chunked::Plan<E, 64, 64>::bytes;
-  if (key_pad == 64 && value_tile == 128) return chunked::Plan<E, 64, 128>::bytes;
-  if (key_pad == 128 && value_tile == 16) return chunked::Plan<E, 128, 16>::bytes;
-  if (key_pad == 128 && value_tile == 32) return chunked::Plan<E, 128, 32>::bytes;
-  if (key_pad == 128 && value_tile == 64) return chunked::Plan<E, 128, 64>::bytes;
-  if (key_pad == 128 && value_tile == 128) return chunked::Plan<E, 128, 128>::bytes;
-  return 0;
+cudaError_t enqueue_chunked_f16(int key_pad, int value_tile, const ChunkedParams& p, std::int64_t blocks,
+                               std::int64_t prep_blocks, cudaStream_t stream) {
+  return Entry_f16::enqueue(key_pad, value_tile, p, blocks, prep_blocks, stream);
 }
+
+std::size_t chunked_shared_bytes_f16(int key_pad, int value_tile) { return Entry_f16::shared_bytes(key_pad, value_tile); }
+
+int chunked_blocks_per_sm_f16(int key_pad, int value_tile) { return Entry_f16::blocks_per_sm(key_pad, value_tile); }
+
+std::size_t chunked_prepare_shared_bytes_f16(int key_pad) { return Entry_f16::prepare_shared_bytes(key_pad); }
 
 }  // namespace gdn::cuda::detail

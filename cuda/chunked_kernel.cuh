@@ -1,18 +1,36 @@
 #pragma once
-// The chunked (WY) forward of spec §4 on the GPU, one block per (sequence, value head, V tile),
-// looping over the sequence's chunks of 64 tokens with the K x BV slice of the state in
-// registers (fp32). Every chunk is computed from the raw inputs in place:
+// The chunked (WY) forward of spec §4 on the GPU in two kernels (what flash-linear-attention does
+// with its separate kernels), plus a one-block kernel for the chunk offsets:
+//
+//   chunked_offsets   ws_offsets[n] = first global chunk of sequence n (sequence order), from the
+//                     device cu_seqlens, total at [N]. Integer scan: deterministic.
+//   chunked_prepare   one block per (global chunk, value head j). Everything that depends only
+//                     on the chunk's inputs (q, k, gates of head j), not on the state: the gates,
+//                     the gamma scan, the norms, A, P, T. It writes one workspace record per
+//                     (chunk, j): T hi, T lo, P (input dtype), beta, r_q, r_k, e_start, e_end and
+//                     the chunk decay (fp32), and the debug A / T (once per (chunk, j)).
+//   chunked_forward   one block per (sequence, value head j, V tile), walking its sequence's
+//                     chunks of 64 tokens in order with the K x BV slice of the state in registers
+//                     (fp32). Per chunk only what needs the state: the two S0 products, T X,
+//                     P Vnew and the state update, with the chunk's Q, K, V and its prepass record
+//                     brought in by cp.async one chunk ahead (double-buffered).
+//
+// Why split: the state recurrence is the only serial chain; the V-independent work (the gates,
+// A, P and the 16x16 inverse with its merges, about half the per-chunk time and most of its
+// barriers) sat in that chain and was recomputed by every V tile. The prepass runs it once per
+// (chunk, head), in parallel over the whole batch; the forward's per-chunk chain is 5 barriers.
+// The prepass code is the former in-chain code, operation for operation: same bits.
 //
 //   gamma      segmented inclusive scan of g (restarting at reset tokens, exp(g) == 0, like the
 //              chunked reference), e_start = exp(gamma), e_end = exp(gamma_c - gamma)
 //   r_q, r_k   1/|q|, 1/|k| (l2norm) or 1; the matrix operands stay the raw q, k, exactly as
 //              stored, and the norms are applied as fp32 row/column scales in the epilogues:
 //              no rounding of normalised vectors to the input dtype
-//   A          beta_i e^(gamma_i - gamma_j) r_i r_j (k_i . k_j), strictly lower   (fp32)
-//   P          e^(gamma_i - gamma_j) r^q_i r_j (q_i . k_j), lower incl. diagonal (input dtype)
-//   X          diag(beta) (V - diag(e_start r) K S0)                    (fp32, then input dtype)
+//   A          beta_i e^(gamma_i - gamma_j) r_i r_j (k_i . k_j), strictly lower   (fp32, prepass)
+//   P          e^(gamma_i - gamma_j) r^q_i r_j (q_i . k_j), lower incl. diagonal (input dtype, prepass)
 //   T          (I + A)^-1: four 16x16 diagonal blocks by forward substitution, then block
-//              merges T_ij = -T_ii sum_k A_ik T_kj in three levels                   (fp32)
+//              merges T_ij = -T_ii sum_k A_ik T_kj in three levels        (fp32; stored hi + lo, prepass)
+//   X          diag(beta) (V - diag(e_start r) K S0)                    (fp32, then input dtype)
 //   Vnew       T X  (= U - W S0 of the spec: the same algebra without forming W or U)
 //   O          scale (diag(e_start r^q) Q S0 + P Vnew)
 //   S_end      e_start(c) S0 + K^T diag(e_end r) Vnew
@@ -21,10 +39,12 @@
 // The raw q, k, v are exact operands; every computed operand that feeds the state is split into
 // hi + lo in the input dtype (S0 in K S0 and Q S0, T and X in T X, the decayed Vnew in the state
 // update), so the state path keeps about 16 bits (bf16) instead of 8; only P and Vnew in the
-// intra-chunk term of O are rounded once (O itself is stored in the input dtype). fp32 inputs use plain fp32 FMAs in the same
-// fragment layout (no TF32). Each output element is reduced over k in one fixed order that does
-// not depend on the V tile, the warp layout or the batch: the V tile (chosen from the batch
-// shape) changes no bit of any output. No atomics.
+// intra-chunk term of O are rounded once (O itself is stored in the input dtype). fp32 inputs use
+// plain fp32 FMAs in the same fragment layout (no TF32; the record holds T in fp32, no lo part).
+// Each output element is reduced over k in one fixed order that does not depend on the V tile,
+// the warp layout or the batch: the V tile (chosen from the batch shape) changes no bit of any
+// output. A prepass record depends only on its (chunk, head): the batch changes none of its bits
+// either. No atomics.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -248,32 +268,76 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
 }
 
-// ----- shared memory plan ------------------------------------------------------------------
+// ----- shared memory plans -----------------------------------------------------------------
 
 constexpr std::size_t align128(std::size_t x) { return (x + 127) / 128 * 128; }
-constexpr std::size_t max_size(std::size_t a, std::size_t b) { return a > b ? a : b; }
 
+// The prepass: one (chunk, value head) per block.
+template <class E, int KP>
+struct PrepPlan {
+  static constexpr int pad = Elem<E>::pad;
+  static constexpr int ldk = KP + pad;   // q, k rows
+  static constexpr int ldc = kC + pad;   // P rows (input dtype)
+  static constexpr int ldf = kC + 4;     // A, T rows (fp32)
+  static constexpr int ldy = 20;         // merge scratch rows (fp32)
+  static constexpr bool split = Elem<E>::tensor;  // T stored as hi + lo
+  static constexpr std::size_t es = sizeof(E);
+
+  static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
+  static constexpr std::size_t f_bytes = align128(std::size_t(kC) * ldf * 4);
+  static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
+  static constexpr std::size_t y_bytes = align128(3 * 16 * ldy * 4);
+  // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay.
+  static constexpr std::size_t scalar_bytes = align128(kC * 8 + 6 * kC * 4 + 4);
+
+  static constexpr std::size_t off_q = 0;
+  static constexpr std::size_t off_k = off_q + q_bytes;
+  static constexpr std::size_t off_a = off_k + q_bytes;
+  static constexpr std::size_t off_t = off_a + f_bytes;
+  static constexpr std::size_t off_p = off_t + f_bytes;
+  static constexpr std::size_t off_y = off_p + c_bytes;
+  static constexpr std::size_t off_scalar = off_y + y_bytes;
+  static constexpr std::size_t bytes = off_scalar + scalar_bytes;
+  static constexpr int min_blocks = chunked_blocks_per_sm(bytes);
+  static_assert(bytes <= 227 * 1024, "prepass shared-memory plan exceeds the per-block limit");
+
+  // The workspace record (global memory, unpadded rows of 64): T hi | T lo | P | scalars.
+  static constexpr std::size_t tile_bytes = std::size_t(kC) * kC * es;
+  static constexpr std::size_t rec_t = 0;
+  static constexpr std::size_t rec_tlo = tile_bytes;  // split only
+  static constexpr std::size_t rec_p = (split ? 2 : 1) * tile_bytes;
+  static constexpr std::size_t rec_scalar = rec_p + tile_bytes;
+  static constexpr std::size_t record_bytes = rec_scalar + 6 * kC * 4;
+  static_assert(record_bytes == chunked_record_bytes(es, split), "record layout and host size disagree");
+  static_assert(record_bytes % 128 == 0, "records keep 128-byte alignment");
+};
+
+// The forward: one (sequence, value head, V tile) per block.
 template <class E, int KP, int BV>
 struct Plan {
+  using Rec = PrepPlan<E, KP>;
   static constexpr int pad = Elem<E>::pad;
   static constexpr int ldk = KP + pad;   // q, k rows
   static constexpr int ldv = BV + pad;   // v, state, X, Vnew rows
   static constexpr int ldc = kC + pad;   // T, P rows (input dtype)
-  static constexpr int ldf = kC + 4;     // A, T rows (fp32)
-  static constexpr int ldy = 20;         // merge scratch rows (fp32)
-  static constexpr bool split = Elem<E>::tensor;  // state operand as hi + lo
+  static constexpr bool split = Elem<E>::tensor;  // state operand, T, X, decayed Vnew as hi + lo
   static constexpr std::size_t es = sizeof(E);
 
   static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
   static constexpr std::size_t v_bytes = align128(std::size_t(kC) * ldv * es);
   static constexpr std::size_t s_bytes = align128(std::size_t(KP) * ldv * es);
-  static constexpr std::size_t f_bytes = align128(std::size_t(kC) * ldf * 4);
-  static constexpr std::size_t r1_bytes = max_size(f_bytes, 2 * v_bytes);  // A | X, Vnew
-  static constexpr std::size_t r2_bytes = max_size(f_bytes, v_bytes);      // T (fp32) | Vnew decayed
   static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
-  static constexpr std::size_t y_bytes = align128(3 * 16 * ldy * 4);
-  // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay.
-  static constexpr std::size_t scalar_bytes = align128(kC * 8 + 6 * kC * 4 + 4);
+  // R1: X hi, X lo | then Vnew, decayed Vnew lo.
+  static constexpr std::size_t r1_bytes = (split ? 2 : 1) * v_bytes;
+  // One record buffer W: T hi | T lo | P | scalars (beta, r_q, r_k, e_start, e_end, decay),
+  // rows padded to ldc. The decayed Vnew hi replaces T hi (+ lo) of the current buffer.
+  static constexpr std::size_t w_off_t = 0;
+  static constexpr std::size_t w_off_tlo = c_bytes;  // split only
+  static constexpr std::size_t w_off_p = (split ? 2 : 1) * c_bytes;
+  static constexpr std::size_t w_off_scalar = w_off_p + c_bytes;
+  static constexpr std::size_t w_bytes = w_off_scalar + 6 * kC * 4;
+  static_assert(v_bytes <= w_off_p, "the decayed Vnew hi must fit where T hi (+ lo) was");
+  static_assert(w_bytes % 128 == 0, "record buffers keep 128-byte alignment");
 
   static constexpr std::size_t off_q = 0;
   static constexpr std::size_t off_k0 = off_q + q_bytes;
@@ -282,46 +346,89 @@ struct Plan {
   static constexpr std::size_t off_shi = off_v + v_bytes;
   static constexpr std::size_t off_slo = off_shi + s_bytes;
   static constexpr std::size_t off_r1 = off_slo + (split ? s_bytes : 0);
-  static constexpr std::size_t off_r2 = off_r1 + r1_bytes;
-  static constexpr std::size_t off_t = off_r2 + r2_bytes;
-  static constexpr std::size_t off_tlo = off_t + c_bytes;
-  static constexpr std::size_t off_p = off_tlo + (split ? c_bytes : 0);
-  static constexpr std::size_t off_y = off_p + c_bytes;
-  static constexpr std::size_t off_scalar = off_y + y_bytes;
-  static constexpr std::size_t bytes = off_scalar + scalar_bytes;
-  // Hopper: at most 227 KB of shared memory per block.
+  static constexpr std::size_t off_w0 = off_r1 + r1_bytes;
+  static constexpr std::size_t off_w1 = off_w0 + w_bytes;
+  static constexpr std::size_t bytes = off_w1 + w_bytes;
+  // Hopper: at most 227 KB of shared memory per block (bf16 K 128, BV 128 uses exactly that).
   static_assert(bytes <= 227 * 1024, "shared-memory plan exceeds the per-block limit");
+  // Two resident blocks leave 128 registers a thread. The shared memory allows two for
+  // bf16/fp16 K <= 64 with BV 16 and 32, but BV 32 then spills (ptxas: 128 registers + 28-32
+  // bytes of stack); K 64 x BV 16 fits (85-111 registers, no spill). Everything else: one.
+  static constexpr int min_blocks = (chunked_blocks_per_sm(bytes) == 2 && KP * BV <= 64 * 16) ? 2 : 1;
 };
 
-// ----- the kernel --------------------------------------------------------------------------
+// ----- small helpers ------------------------------------------------------------------------
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-template <class E, int KP, int BV>
-__global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedParams p) {
-  using L = Plan<E, KP, BV>;
+// Raw gate inputs of one chunk, two tokens per lane (warp 0 only uses them).
+struct GateInputs {
+  float g[2] = {0.f, 0.f}, b[2] = {0.f, 0.f};
+};
+__device__ __forceinline__ GateInputs load_gate_inputs(const ChunkedParams& p, int j, std::int64_t start, int c,
+                                                       int lane) {
+  GateInputs r;
+  const void* const gsrc = p.fused_gates ? p.a : p.g;
+  const void* const bsrc = p.fused_gates ? p.b : p.beta;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int i = 2 * lane + e;
+    if (i < c) {
+      const std::int64_t idx = (start + i) * p.HV + j;
+      r.g[e] = read_scalar(gsrc, p.gate_type, idx);
+      r.b[e] = read_scalar(bsrc, p.gate_type, idx);
+    }
+  }
+  return r;
+}
+
+// ----- the chunk offsets --------------------------------------------------------------------
+
+constexpr int kOffsetThreads = 1024;
+
+// One block: ws_offsets[n] = sum over m < n of ceil(len(m) / 64), ws_offsets[N] = the total.
+// A template (on the input type, unused) so that each input type's translation unit has its own.
+template <class E>
+__global__ void __launch_bounds__(kOffsetThreads) chunked_offsets(const ChunkedParams p) {
+  __shared__ std::int64_t part[kOffsetThreads];
+  const int tid = threadIdx.x, N = p.N;
+  const int per = (N + kOffsetThreads - 1) / kOffsetThreads;
+  const int b = tid * per < N ? tid * per : N;
+  const int e = b + per < N ? b + per : N;
+  auto chunks = [&](int s) {
+    const std::int64_t len = seq_boundary(p, s + 1) - seq_boundary(p, s);
+    return (len + kC - 1) / kC;
+  };
+  std::int64_t sum = 0;
+  for (int s = b; s < e; ++s) sum += chunks(s);
+  part[tid] = sum;
+  __syncthreads();
+  for (int d = 1; d < kOffsetThreads; d <<= 1) {
+    const std::int64_t x = tid >= d ? part[tid - d] : 0;
+    __syncthreads();
+    part[tid] += x;
+    __syncthreads();
+  }
+  std::int64_t run = tid == 0 ? 0 : part[tid - 1];
+  for (int s = b; s < e; ++s) {
+    p.ws_offsets[s] = run;
+    run += chunks(s);
+  }
+  if (tid == kOffsetThreads - 1) p.ws_offsets[N] = part[kOffsetThreads - 1];
+}
+
+// ----- the prepass --------------------------------------------------------------------------
+
+template <class E, int KP>
+__global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked_prepare(const ChunkedParams p) {
+  using L = PrepPlan<E, KP>;
   static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
-  static_assert(BV % 16 == 0 && BV <= 128, "BV is 16, 32, 64 or 128");
-  constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc, ldf = L::ldf, ldy = L::ldy;
-  constexpr int MTS = KP / 64;  // state m-tiles per warp (4 warps down K)
-  constexpr int NTV = BV / 16;  // n-tiles per warp on BV (2 warps across)
+  constexpr int ldk = L::ldk, ldc = L::ldc, ldf = L::ldf, ldy = L::ldy;
   extern __shared__ __align__(128) unsigned char smem[];
   E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
-  E* const Ks0 = reinterpret_cast<E*>(smem + L::off_k0);
-  E* const Ks1 = reinterpret_cast<E*>(smem + L::off_k1);
-  E* const Vs = reinterpret_cast<E*>(smem + L::off_v);
-  E* const Shi = reinterpret_cast<E*>(smem + L::off_shi);
-  E* const Slo = reinterpret_cast<E*>(smem + L::off_slo);
-  float* const Af = reinterpret_cast<float*>(smem + L::off_r1);
-  // R1: A (fp32) | then X hi, X lo | then Vnew, decayed Vnew lo.  R2: T (fp32) | decayed Vnew hi.
-  E* const Xs = reinterpret_cast<E*>(smem + L::off_r1);
-  E* const Xlo = reinterpret_cast<E*>(smem + L::off_r1 + L::v_bytes);
-  E* const Vns = Xs;
-  E* const Vndlo = Xlo;
-  float* const Tf = reinterpret_cast<float*>(smem + L::off_r2);
-  E* const Vnds = reinterpret_cast<E*>(smem + L::off_r2);
-  E* const Ts = reinterpret_cast<E*>(smem + L::off_t);
-  E* const Tlo = reinterpret_cast<E*>(smem + L::off_tlo);
+  E* const Ks = reinterpret_cast<E*>(smem + L::off_k);
+  float* const Af = reinterpret_cast<float*>(smem + L::off_a);
+  float* const Tf = reinterpret_cast<float*>(smem + L::off_t);
   E* const Ps = reinterpret_cast<E*>(smem + L::off_p);
   float* const Ysc = reinterpret_cast<float*>(smem + L::off_y);
   double* const gam = reinterpret_cast<double*>(smem + L::off_scalar);
@@ -335,6 +442,314 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp & 3, wn = warp >> 2;
+  const int row0 = wm * 16;
+  // Block = global chunk g (sequence order) x value head j; g -> (sequence n, chunk ci of n).
+  const int j = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.HV));
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x / static_cast<unsigned>(p.HV));
+  const std::int64_t* const offs = p.ws_offsets;
+  if (g >= offs[p.N] || g >= p.ws_chunks) return;  // cu_seqlens disagreeing with the Problem
+  int lo = 0, hi = p.N - 1;  // the last n with offs[n] <= g: empty sequences share their offset
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (offs[mid] <= g)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int n = lo;
+  const std::int64_t ci = g - offs[n];
+  const std::int64_t eos = seq_boundary(p, n + 1);
+  const std::int64_t start = seq_boundary(p, n) + ci * kC;
+  const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
+  const int h = j / p.group;
+
+  {
+    const E* const qg = static_cast<const E*>(p.q);
+    const E* const kg = static_cast<const E*>(p.k);
+    constexpr int per = 16 / sizeof(E);
+    constexpr int pieces_k = KP / per;
+    for (int idx = tid; idx < kC * pieces_k; idx += kThreads) {
+      const int row = idx / pieces_k, col = (idx % pieces_k) * per;
+      const bool ok = row < c && col < p.K;
+      const std::int64_t off = ok ? ((start + row) * p.H + h) * p.K + col : 0;
+      cp_async16(Qs + row * ldk + col, qg + off, ok);
+      cp_async16(Ks + row * ldk + col, kg + off, ok);
+    }
+    cp_async_commit();
+  }
+  GateInputs gates;
+  if (warp == 0) gates = load_gate_inputs(p, j, start, c, lane);
+  const float A_log = p.fused_gates ? p.A_log[j] : 0.f;
+  const float dt_bias = p.fused_gates ? p.dt_bias[j] : 0.f;
+  const float decay_rate = p.fused_gates ? expf(A_log) : 0.f;
+  cp_async_wait_all();
+  __syncthreads();
+
+  // --- phase 0: gates, cumulative decay, norms --------------------------------------------
+  if (warp == 0) {
+    float gv[2], bv[2];
+    bool reset[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool valid = 2 * lane + e < c;
+      if (p.fused_gates) {
+        gv[e] = valid ? -decay_rate * softplus(gates.g[e] + dt_bias) : 0.f;
+        bv[e] = valid ? (p.negative_eigenvalues ? 2.f : 1.f) / (1.f + expf(-gates.b[e])) : 0.f;
+      } else {
+        gv[e] = gates.g[e];
+        bv[e] = gates.b[e];
+      }
+      reset[e] = valid && expf(gv[e]) == 0.f;
+    }
+    // Segmented inclusive scan: a reset token starts a new segment at gamma = 0. In double:
+    // the decays are exp(gamma_i - gamma_j) of nearby tokens, and a tree scan in fp32 would
+    // give gamma_i and gamma_j independent roundings of |gamma| u_f32 (1e-5 relative at
+    // gamma ~ -200, the strong-decay regime), where a sequential fp32 sum shares them.
+    const double va = reset[0] ? 0.0 : double(gv[0]), vb = reset[1] ? 0.0 : double(gv[1]);
+    bool flag = reset[0] || reset[1];
+    double sum = reset[1] ? vb : va + vb;
+    int last_reset = reset[1] ? 2 * lane + 1 : (reset[0] ? 2 * lane : -1);
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const double so = __shfl_up_sync(0xffffffffu, sum, d);
+      const int fo = __shfl_up_sync(0xffffffffu, flag ? 1 : 0, d);
+      const int ro = __shfl_up_sync(0xffffffffu, last_reset, d);
+      if (lane >= d) {
+        sum = flag ? sum : so + sum;
+        flag = flag || fo;
+        last_reset = ro > last_reset ? ro : last_reset;
+      }
+    }
+    double before = __shfl_up_sync(0xffffffffu, sum, 1);
+    int seg_before = __shfl_up_sync(0xffffffffu, last_reset, 1);
+    if (lane == 0) {
+      before = 0.0;
+      seg_before = -1;
+    }
+    const double ga = reset[0] ? 0.0 : before + va;
+    const double gb = reset[1] ? 0.0 : ga + vb;
+    const int sa = reset[0] ? 2 * lane : seg_before;
+    const int sb = reset[1] ? 2 * lane + 1 : sa;
+    const double g_last = __shfl_sync(0xffffffffu, gb, 31);
+    const int s_last = __shfl_sync(0xffffffffu, sb, 31);
+    const float ea = sa < 0 ? expf(float(ga)) : 0.f, eb = sb < 0 ? expf(float(gb)) : 0.f;
+    gam[2 * lane] = ga;
+    gam[2 * lane + 1] = gb;
+    seg[2 * lane] = sa;
+    seg[2 * lane + 1] = sb;
+    bet[2 * lane] = bv[0];
+    bet[2 * lane + 1] = bv[1];
+    est[2 * lane] = ea;
+    est[2 * lane + 1] = eb;
+    een[2 * lane] = sa == s_last ? expf(float(g_last - ga)) : 0.f;
+    een[2 * lane + 1] = sb == s_last ? expf(float(g_last - gb)) : 0.f;
+    if (lane == 31) *chunk_decay = eb;
+  }
+#pragma unroll 1
+  for (int rr = 0; rr < kC / 8; ++rr) {
+    const int row = warp * (kC / 8) + rr;
+    if (p.l2norm) {
+      float sq = 0.f, sk = 0.f;
+#pragma unroll
+      for (int m = 0; m < KP / 32; ++m) {
+        const float x = to_float(Qs[row * ldk + lane + 32 * m]);
+        const float y = to_float(Ks[row * ldk + lane + 32 * m]);
+        sq = fmaf(x, x, sq);
+        sk = fmaf(y, y, sk);
+      }
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) {
+        sq += __shfl_xor_sync(0xffffffffu, sq, d);
+        sk += __shfl_xor_sync(0xffffffffu, sk, d);
+      }
+      if (lane == 0) {
+        rq[row] = 1.f / sqrtf(sq + 1e-6f);
+        rk[row] = 1.f / sqrtf(sk + 1e-6f);
+      }
+    } else if (lane == 0) {
+      rq[row] = 1.f;
+      rk[row] = 1.f;
+    }
+  }
+  __syncthreads();
+
+  // --- phase 1: A = masked K K^T (fp32), P = masked Q K^T (input dtype) --------------------
+  {
+    float acc[1][4][4];
+    zero(acc);
+    warp_gemm<1, 4, KP / 16, false, false>(acc, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
+    for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
+      const int s = seg[i] > 0 ? seg[i] : 0;
+      const float base = bet[i] * rk[i];
+      const float a0 = (col < i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
+      const float a1 = (col + 1 < i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
+      *reinterpret_cast<float2*>(Af + i * ldf + col) = make_float2(a0, a1);
+    });
+    zero(acc);
+    warp_gemm<1, 4, KP / 16, false, false>(acc, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
+    for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
+      const int s = seg[i] > 0 ? seg[i] : 0;
+      const float base = rq[i];
+      const float a0 = (col <= i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
+      const float a1 = (col + 1 <= i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
+      store2(Ps + i * ldc + col, a0, a1);
+    });
+  }
+  __syncthreads();
+
+  // --- phase 2: T = (I + A)^-1, diagonal 16 x 16 blocks --------------------------------------
+  if (warp < 4 && lane < 16) {
+    const int b = warp, col = lane;
+    const float* Ab = Af + (16 * b) * ldf + 16 * b;
+    float tcol[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float s = (i == col) ? 1.f : 0.f;
+#pragma unroll
+      for (int q = 0; q < i; ++q) s = fmaf(-Ab[i * ldf + q], tcol[q], s);
+      tcol[i] = s;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) Tf[(16 * b + i) * ldf + 16 * b + col] = tcol[i];
+  }
+  __syncthreads();
+
+  // --- phase 3: block merges T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, by distance i - j -----------
+  auto merge = [&](int bi, int bj) {
+    const int rr = lane >> 1, c0 = (lane & 1) * 8;
+    float y[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = 0.f;
+    for (int kb = bj; kb < bi; ++kb) {
+      const float* arow = Af + (16 * bi + rr) * ldf + 16 * kb;
+      const float* tb = Tf + (16 * kb) * ldf + 16 * bj + c0;
+#pragma unroll
+      for (int kk = 0; kk < 16; ++kk) {
+        const float a = arow[kk];
+        const float4 t0 = *reinterpret_cast<const float4*>(tb + kk * ldf);
+        const float4 t1 = *reinterpret_cast<const float4*>(tb + kk * ldf + 4);
+        y[0] = fmaf(a, t0.x, y[0]);
+        y[1] = fmaf(a, t0.y, y[1]);
+        y[2] = fmaf(a, t0.z, y[2]);
+        y[3] = fmaf(a, t0.w, y[3]);
+        y[4] = fmaf(a, t1.x, y[4]);
+        y[5] = fmaf(a, t1.y, y[5]);
+        y[6] = fmaf(a, t1.z, y[6]);
+        y[7] = fmaf(a, t1.w, y[7]);
+      }
+    }
+    float* yw = Ysc + warp * 16 * ldy;
+    *reinterpret_cast<float4*>(yw + rr * ldy + c0) = make_float4(y[0], y[1], y[2], y[3]);
+    *reinterpret_cast<float4*>(yw + rr * ldy + c0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
+    __syncwarp();
+    float z[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) z[e] = 0.f;
+    const float* trow = Tf + (16 * bi + rr) * ldf + 16 * bi;
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      const float a = trow[kk];
+      const float4 y0 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0);
+      const float4 y1 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0 + 4);
+      z[0] = fmaf(a, y0.x, z[0]);
+      z[1] = fmaf(a, y0.y, z[1]);
+      z[2] = fmaf(a, y0.z, z[2]);
+      z[3] = fmaf(a, y0.w, z[3]);
+      z[4] = fmaf(a, y1.x, z[4]);
+      z[5] = fmaf(a, y1.y, z[5]);
+      z[6] = fmaf(a, y1.z, z[6]);
+      z[7] = fmaf(a, y1.w, z[7]);
+    }
+    float* out = Tf + (16 * bi + rr) * ldf + 16 * bj + c0;
+    *reinterpret_cast<float4*>(out) = make_float4(-z[0], -z[1], -z[2], -z[3]);
+    *reinterpret_cast<float4*>(out + 4) = make_float4(-z[4], -z[5], -z[6], -z[7]);
+    __syncwarp();
+  };
+  if (warp < 3) merge(warp + 1, warp);
+  __syncthreads();
+  if (warp < 2) merge(warp + 2, warp);
+  __syncthreads();
+  if (warp == 0) merge(3, 0);
+  __syncthreads();
+
+  // --- the record of (g, j), and the debug A, T -------------------------------------------------
+  unsigned char* const rec = p.ws_records + (g * p.HV + j) * static_cast<std::int64_t>(L::record_bytes);
+  if (p.debug_A) {
+    const std::int64_t debug_chunk = p.chunk_offsets[n] + ci;
+    float* da = p.debug_A + (debug_chunk * p.HV + j) * kC * kC;
+    float* dt = p.debug_T + (debug_chunk * p.HV + j) * kC * kC;
+    for (int idx = tid; idx < kC * kC; idx += kThreads) {
+      const int i = idx / kC, col = idx % kC;
+      da[idx] = Af[i * ldf + col];
+      dt[idx] = (col / 16 <= i / 16) ? Tf[i * ldf + col] : 0.f;
+    }
+  }
+  // T to the input dtype (tensor-core operand), as hi + lo: T entries can be large with
+  // cancellation in T X (small K, beta near 2, no decay): one rounding of T or X to bf16 then
+  // costs more than the input dtype's u in Vnew, so both are split and the forward computes
+  // Vnew = T_hi X_hi + T_hi X_lo + T_lo X_hi (about 16 bits for bf16). Upper blocks are zero.
+  {
+    E* const gt = reinterpret_cast<E*>(rec + L::rec_t);
+    E* const gtlo = reinterpret_cast<E*>(rec + L::rec_tlo);
+    for (int idx = tid; idx < kC * (kC / 2); idx += kThreads) {
+      const int i = idx / (kC / 2), col = 2 * (idx % (kC / 2));
+      const bool lower = col / 16 <= i / 16;
+      const float t0 = lower ? Tf[i * ldf + col] : 0.f, t1 = lower ? Tf[i * ldf + col + 1] : 0.f;
+      store2(gt + i * kC + col, t0, t1);
+      if constexpr (L::split)
+        store2(gtlo + i * kC + col, t0 - to_float(from_float<E>(t0)), t1 - to_float(from_float<E>(t1)));
+    }
+  }
+  {
+    constexpr int pieces = kC * sizeof(E) / 16;  // 16-byte pieces per row of P
+    unsigned char* const gp = rec + L::rec_p;
+    const unsigned char* const sp = reinterpret_cast<const unsigned char*>(Ps);
+    for (int idx = tid; idx < kC * pieces; idx += kThreads) {
+      const int row = idx / pieces, piece = idx % pieces;
+      *reinterpret_cast<uint4*>(gp + row * (kC * sizeof(E)) + piece * 16) =
+          *reinterpret_cast<const uint4*>(sp + row * (ldc * sizeof(E)) + piece * 16);
+    }
+  }
+  if (tid < kC) {
+    float* const gs = reinterpret_cast<float*>(rec + L::rec_scalar);
+    gs[tid] = bet[tid];
+    gs[kC + tid] = rq[tid];
+    gs[2 * kC + tid] = rk[tid];
+    gs[3 * kC + tid] = est[tid];
+    gs[4 * kC + tid] = een[tid];
+    gs[5 * kC + tid] = tid == 0 ? *chunk_decay : 0.f;
+  }
+}
+
+// ----- the forward --------------------------------------------------------------------------
+
+template <class E, int KP, int BV>
+__global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked_forward(const ChunkedParams p) {
+  using L = Plan<E, KP, BV>;
+  using R = typename L::Rec;
+  static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
+  static_assert(BV % 16 == 0 && BV <= 128, "BV is 16, 32, 64 or 128");
+  constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc;
+  constexpr int MTS = KP / 64;  // state m-tiles per warp (4 warps down K)
+  constexpr int NTV = BV / 16;  // n-tiles per warp on BV (2 warps across)
+  extern __shared__ __align__(128) unsigned char smem[];
+  E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
+  E* const Ks0 = reinterpret_cast<E*>(smem + L::off_k0);
+  E* const Ks1 = reinterpret_cast<E*>(smem + L::off_k1);
+  E* const Vs = reinterpret_cast<E*>(smem + L::off_v);
+  E* const Shi = reinterpret_cast<E*>(smem + L::off_shi);
+  E* const Slo = reinterpret_cast<E*>(smem + L::off_slo);
+  // R1: X hi, X lo | then Vnew, decayed Vnew lo. The decayed Vnew hi goes where the current
+  // record buffer's T hi (+ lo) was, once T X is done.
+  E* const Xs = reinterpret_cast<E*>(smem + L::off_r1);
+  E* const Xlo = reinterpret_cast<E*>(smem + L::off_r1 + L::v_bytes);
+  E* const Vns = Xs;
+  E* const Vndlo = Xlo;
+  unsigned char* const W0 = smem + L::off_w0;
+  unsigned char* const W1 = smem + L::off_w1;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp & 3, wn = warp >> 2;
   const int vt = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.value_tiles));
   const int pair = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.value_tiles));
   const int j = pair % p.HV, n = pair / p.HV;
@@ -343,6 +758,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
   const std::int64_t bos = seq_boundary(p, n), eos = seq_boundary(p, n + 1);
   const int srow0 = wm * 16 * MTS, col0 = wn * (BV / 2), row0 = wm * 16;
   const std::int64_t state_base = (static_cast<std::int64_t>(n) * p.HV + j) * p.K * p.V + v0;
+  // The sequence's first global chunk: its records are (first_chunk + i) * HV + j.
+  const std::int64_t first_chunk = bos < eos ? p.ws_offsets[n] : 0;
+  if (bos < eos && first_chunk + (eos - bos + kC - 1) / kC > p.ws_chunks) return;  // cu_seqlens disagree
 
   float S[MTS][NTV][4];
   for_each_pair(S, srow0, col0, lane, [&](int r, int c, float& x0, float& x1) {
@@ -367,6 +785,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
   const E* const qg = static_cast<const E*>(p.q);
   const E* const kg = static_cast<const E*>(p.k);
   const E* const vg = static_cast<const E*>(p.v);
+  // Q, K, V of the chunk at `start` (rows >= c and columns >= K zero-filled). No commit.
   auto issue_loads = [&](std::int64_t start, int c, E* Kdst) {
     constexpr int per = 16 / sizeof(E);
     constexpr int pieces_k = KP / per;
@@ -384,34 +803,30 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
       const std::int64_t off = ok ? ((start + row) * p.HV + j) * p.V + v0 + col : 0;
       cp_async16(Vs + row * ldv + col, vg + off, ok);
     }
-    cp_async_commit();
   };
-  // Raw gate inputs of the next chunk, two tokens per lane of warp 0.
-  float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
-  const void* const gsrc = p.fused_gates ? p.a : p.g;
-  const void* const bsrc = p.fused_gates ? p.b : p.beta;
-  auto load_gates = [&](std::int64_t start, int c) {
-    if (warp == 0) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int i = 2 * lane + e;
-        graw[e] = braw[e] = 0.f;
-        if (i < c) {
-          const std::int64_t idx = (start + i) * p.HV + j;
-          graw[e] = read_scalar(gsrc, p.gate_type, idx);
-          braw[e] = read_scalar(bsrc, p.gate_type, idx);
-        }
-      }
+  // The prepass record of global chunk `chunk` (head j) into buffer `Wdst`: the tiles' rows of
+  // 64 into rows of ldc, then the scalars. No commit.
+  auto issue_record = [&](std::int64_t chunk, unsigned char* Wdst) {
+    const unsigned char* const src = p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
+    constexpr int tiles = L::split ? 3 : 2;
+    constexpr int row_pieces = kC * sizeof(E) / 16;
+#pragma unroll 1
+    for (int idx = tid; idx < tiles * kC * row_pieces; idx += kThreads) {
+      const int tile = idx / (kC * row_pieces), rem = idx % (kC * row_pieces);
+      const int row = rem / row_pieces, piece = rem % row_pieces;
+      cp_async16(Wdst + tile * L::c_bytes + row * (ldc * sizeof(E)) + piece * 16,
+                 src + tile * R::tile_bytes + row * (kC * sizeof(E)) + piece * 16, true);
     }
+#pragma unroll 1
+    for (int idx = tid; idx < 6 * kC * 4 / 16; idx += kThreads)
+      cp_async16(Wdst + L::w_off_scalar + idx * 16, src + R::rec_scalar + idx * 16, true);
   };
-  const float A_log = p.fused_gates ? p.A_log[j] : 0.f;
-  const float dt_bias = p.fused_gates ? p.dt_bias[j] : 0.f;
-  const float decay_rate = p.fused_gates ? expf(A_log) : 0.f;
 
   if (bos < eos) {
     const int c = static_cast<int>(eos - bos < kC ? eos - bos : kC);
     issue_loads(bos, c, Ks0);
-    load_gates(bos, c);
+    issue_record(first_chunk, W0);
+    cp_async_commit();
   }
 
   int chunk_index = 0;
@@ -419,120 +834,23 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
     const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
     E* const Kc = (chunk_index & 1) ? Ks1 : Ks0;
     E* const Kn = (chunk_index & 1) ? Ks0 : Ks1;
+    unsigned char* const Wc = (chunk_index & 1) ? W1 : W0;
+    unsigned char* const Wn = (chunk_index & 1) ? W0 : W1;
+    const E* const Ts = reinterpret_cast<const E*>(Wc + L::w_off_t);
+    const E* const Tlo = reinterpret_cast<const E*>(Wc + L::w_off_tlo);
+    const E* const Ps = reinterpret_cast<const E*>(Wc + L::w_off_p);
+    const float* const bet = reinterpret_cast<const float*>(Wc + L::w_off_scalar);
+    const float* const rq = bet + kC;
+    const float* const rk = rq + kC;
+    const float* const est = rk + kC;  // e_start
+    const float* const een = est + kC;  // e_end
+    const float* const chunk_decay = een + kC;
+    E* const Vnds = reinterpret_cast<E*>(Wc + L::w_off_t);  // after T X: replaces T hi (+ lo)
     const std::int64_t debug_chunk = p.chunk_offsets ? p.chunk_offsets[n] + chunk_index : 0;
     cp_async_wait_all();
     __syncthreads();
 
-    // --- phase 0: gates, cumulative decay, norms --------------------------------------------
-    if (warp == 0) {
-      float gv[2], bv[2];
-      bool reset[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool valid = 2 * lane + e < c;
-        if (p.fused_gates) {
-          gv[e] = valid ? -decay_rate * softplus(graw[e] + dt_bias) : 0.f;
-          bv[e] = valid ? (p.negative_eigenvalues ? 2.f : 1.f) / (1.f + expf(-braw[e])) : 0.f;
-        } else {
-          gv[e] = graw[e];
-          bv[e] = braw[e];
-        }
-        reset[e] = valid && expf(gv[e]) == 0.f;
-      }
-      // Segmented inclusive scan: a reset token starts a new segment at gamma = 0. In double:
-      // the decays are exp(gamma_i - gamma_j) of nearby tokens, and a tree scan in fp32 would
-      // give gamma_i and gamma_j independent roundings of |gamma| u_f32 (1e-5 relative at
-      // gamma ~ -200, the strong-decay regime), where a sequential fp32 sum shares them.
-      const double va = reset[0] ? 0.0 : double(gv[0]), vb = reset[1] ? 0.0 : double(gv[1]);
-      bool flag = reset[0] || reset[1];
-      double sum = reset[1] ? vb : va + vb;
-      int last_reset = reset[1] ? 2 * lane + 1 : (reset[0] ? 2 * lane : -1);
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const double so = __shfl_up_sync(0xffffffffu, sum, d);
-        const int fo = __shfl_up_sync(0xffffffffu, flag ? 1 : 0, d);
-        const int ro = __shfl_up_sync(0xffffffffu, last_reset, d);
-        if (lane >= d) {
-          sum = flag ? sum : so + sum;
-          flag = flag || fo;
-          last_reset = ro > last_reset ? ro : last_reset;
-        }
-      }
-      double before = __shfl_up_sync(0xffffffffu, sum, 1);
-      int seg_before = __shfl_up_sync(0xffffffffu, last_reset, 1);
-      if (lane == 0) {
-        before = 0.0;
-        seg_before = -1;
-      }
-      const double ga = reset[0] ? 0.0 : before + va;
-      const double gb = reset[1] ? 0.0 : ga + vb;
-      const int sa = reset[0] ? 2 * lane : seg_before;
-      const int sb = reset[1] ? 2 * lane + 1 : sa;
-      const double g_last = __shfl_sync(0xffffffffu, gb, 31);
-      const int s_last = __shfl_sync(0xffffffffu, sb, 31);
-      const float ea = sa < 0 ? expf(float(ga)) : 0.f, eb = sb < 0 ? expf(float(gb)) : 0.f;
-      gam[2 * lane] = ga;
-      gam[2 * lane + 1] = gb;
-      seg[2 * lane] = sa;
-      seg[2 * lane + 1] = sb;
-      bet[2 * lane] = bv[0];
-      bet[2 * lane + 1] = bv[1];
-      est[2 * lane] = ea;
-      est[2 * lane + 1] = eb;
-      een[2 * lane] = sa == s_last ? expf(float(g_last - ga)) : 0.f;
-      een[2 * lane + 1] = sb == s_last ? expf(float(g_last - gb)) : 0.f;
-      if (lane == 31) *chunk_decay = eb;
-    }
-#pragma unroll 1
-    for (int rr = 0; rr < kC / 8; ++rr) {
-      const int row = warp * (kC / 8) + rr;
-      if (p.l2norm) {
-        float sq = 0.f, sk = 0.f;
-#pragma unroll
-        for (int m = 0; m < KP / 32; ++m) {
-          const float x = to_float(Qs[row * ldk + lane + 32 * m]);
-          const float y = to_float(Kc[row * ldk + lane + 32 * m]);
-          sq = fmaf(x, x, sq);
-          sk = fmaf(y, y, sk);
-        }
-#pragma unroll
-        for (int d = 16; d > 0; d >>= 1) {
-          sq += __shfl_xor_sync(0xffffffffu, sq, d);
-          sk += __shfl_xor_sync(0xffffffffu, sk, d);
-        }
-        if (lane == 0) {
-          rq[row] = 1.f / sqrtf(sq + 1e-6f);
-          rk[row] = 1.f / sqrtf(sk + 1e-6f);
-        }
-      } else if (lane == 0) {
-        rq[row] = 1.f;
-        rk[row] = 1.f;
-      }
-    }
-    __syncthreads();
-
-    // --- phase 1: everything that needs only the chunk's inputs and S0 -----------------------
-    {
-      float acc[1][4][4];
-      zero(acc);
-      warp_gemm<1, 4, KP / 16, false, false>(acc, Kc, ldk, Kc, ldk, row0, wn * 32, lane);
-      for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
-        const int s = seg[i] > 0 ? seg[i] : 0;
-        const float base = bet[i] * rk[i];
-        const float a0 = (col < i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
-        const float a1 = (col + 1 < i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
-        *reinterpret_cast<float2*>(Af + i * ldf + col) = make_float2(a0, a1);
-      });
-      zero(acc);
-      warp_gemm<1, 4, KP / 16, false, false>(acc, Qs, ldk, Kc, ldk, row0, wn * 32, lane);
-      for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
-        const int s = seg[i] > 0 ? seg[i] : 0;
-        const float base = rq[i];
-        const float a0 = (col <= i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
-        const float a1 = (col + 1 <= i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
-        store2(Ps + i * ldc + col, a0, a1);
-      });
-    }
+    // --- the S0 products: X = diag(beta) (V - diag(e_start r_k) K S0), O = diag(e_start r_q) Q S0
     float X[1][NTV][4], O[1][NTV][4];
     zero(X);
     warp_gemm<1, NTV, KP / 16, false, true>(X, Kc, ldk, Shi, ldv, row0, col0, lane);
@@ -558,111 +876,16 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
     }
     __syncthreads();
 
-    // q, v and the other k buffer are free: fetch the next chunk while this one finishes.
+    // Q, V, the other K buffer and the other record buffer are free (their last readers: the
+    // products above, and the previous chunk): fetch the next chunk while this one finishes.
     if (start + kC < eos) {
       const int cn = static_cast<int>(eos - start - kC < kC ? eos - start - kC : kC);
       issue_loads(start + kC, cn, Kn);
-      load_gates(start + kC, cn);
+      issue_record(first_chunk + chunk_index + 1, Wn);
+      cp_async_commit();
     }
 
-    // --- phase 2: T = (I + A)^-1, diagonal 16 x 16 blocks --------------------------------------
-    if (warp < 4 && lane < 16) {
-      const int b = warp, col = lane;
-      const float* Ab = Af + (16 * b) * ldf + 16 * b;
-      float tcol[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        float s = (i == col) ? 1.f : 0.f;
-#pragma unroll
-        for (int q = 0; q < i; ++q) s = fmaf(-Ab[i * ldf + q], tcol[q], s);
-        tcol[i] = s;
-      }
-#pragma unroll
-      for (int i = 0; i < 16; ++i) Tf[(16 * b + i) * ldf + 16 * b + col] = tcol[i];
-    }
-    __syncthreads();
-
-    // --- phase 3: block merges T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, by distance i - j -----------
-    auto merge = [&](int bi, int bj) {
-      const int rr = lane >> 1, c0 = (lane & 1) * 8;
-      float y[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = 0.f;
-      for (int kb = bj; kb < bi; ++kb) {
-        const float* arow = Af + (16 * bi + rr) * ldf + 16 * kb;
-        const float* tb = Tf + (16 * kb) * ldf + 16 * bj + c0;
-#pragma unroll
-        for (int kk = 0; kk < 16; ++kk) {
-          const float a = arow[kk];
-          const float4 t0 = *reinterpret_cast<const float4*>(tb + kk * ldf);
-          const float4 t1 = *reinterpret_cast<const float4*>(tb + kk * ldf + 4);
-          y[0] = fmaf(a, t0.x, y[0]);
-          y[1] = fmaf(a, t0.y, y[1]);
-          y[2] = fmaf(a, t0.z, y[2]);
-          y[3] = fmaf(a, t0.w, y[3]);
-          y[4] = fmaf(a, t1.x, y[4]);
-          y[5] = fmaf(a, t1.y, y[5]);
-          y[6] = fmaf(a, t1.z, y[6]);
-          y[7] = fmaf(a, t1.w, y[7]);
-        }
-      }
-      float* yw = Ysc + warp * 16 * ldy;
-      *reinterpret_cast<float4*>(yw + rr * ldy + c0) = make_float4(y[0], y[1], y[2], y[3]);
-      *reinterpret_cast<float4*>(yw + rr * ldy + c0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
-      __syncwarp();
-      float z[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) z[e] = 0.f;
-      const float* trow = Tf + (16 * bi + rr) * ldf + 16 * bi;
-#pragma unroll
-      for (int kk = 0; kk < 16; ++kk) {
-        const float a = trow[kk];
-        const float4 y0 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0);
-        const float4 y1 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0 + 4);
-        z[0] = fmaf(a, y0.x, z[0]);
-        z[1] = fmaf(a, y0.y, z[1]);
-        z[2] = fmaf(a, y0.z, z[2]);
-        z[3] = fmaf(a, y0.w, z[3]);
-        z[4] = fmaf(a, y1.x, z[4]);
-        z[5] = fmaf(a, y1.y, z[5]);
-        z[6] = fmaf(a, y1.z, z[6]);
-        z[7] = fmaf(a, y1.w, z[7]);
-      }
-      float* out = Tf + (16 * bi + rr) * ldf + 16 * bj + c0;
-      *reinterpret_cast<float4*>(out) = make_float4(-z[0], -z[1], -z[2], -z[3]);
-      *reinterpret_cast<float4*>(out + 4) = make_float4(-z[4], -z[5], -z[6], -z[7]);
-      __syncwarp();
-    };
-    if (warp < 3) merge(warp + 1, warp);
-    __syncthreads();
-    if (warp < 2) merge(warp + 2, warp);
-    __syncthreads();
-    if (warp == 0) merge(3, 0);
-    __syncthreads();
-
-    if (p.debug_A && vt == 0) {
-      float* da = p.debug_A + (debug_chunk * p.HV + j) * kC * kC;
-      float* dt = p.debug_T + (debug_chunk * p.HV + j) * kC * kC;
-      for (int idx = tid; idx < kC * kC; idx += kThreads) {
-        const int i = idx / kC, col = idx % kC;
-        da[idx] = Af[i * ldf + col];
-        dt[idx] = (col / 16 <= i / 16) ? Tf[i * ldf + col] : 0.f;
-      }
-    }
-    if (p.debug_A) __syncthreads();
-
-    // --- T and X to the input dtype (tensor-core operands), as hi + lo ---------------------------
-    // T entries can be large with cancellation in T X (small K, beta near 2, no decay): one
-    // rounding of T or X to bf16 then costs more than the input dtype's u in Vnew, so both are
-    // split and Vnew = T_hi X_hi + T_hi X_lo + T_lo X_hi (about 16 bits for bf16).
-    for (int idx = tid; idx < kC * (kC / 2); idx += kThreads) {
-      const int i = idx / (kC / 2), col = 2 * (idx % (kC / 2));
-      const bool lower = col / 16 <= i / 16;
-      const float t0 = lower ? Tf[i * ldf + col] : 0.f, t1 = lower ? Tf[i * ldf + col + 1] : 0.f;
-      store2(Ts + i * ldc + col, t0, t1);
-      if constexpr (L::split)
-        store2(Tlo + i * ldc + col, t0 - to_float(from_float<E>(t0)), t1 - to_float(from_float<E>(t1)));
-    }
+    // --- X to the input dtype (tensor-core operand), as hi + lo (see the header) ---------------
     for_each_pair(X, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
       store2(Xs + i * ldv + col, x0, x1);
       if constexpr (L::split)
@@ -670,7 +893,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
     });
     __syncthreads();
 
-    // --- phase 4: Vnew = T X --------------------------------------------------------------------
+    // --- Vnew = T X --------------------------------------------------------------------------
     {
       float Vn[1][NTV][4];
       zero(Vn);
@@ -679,7 +902,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
         warp_gemm<1, NTV, kC / 16, false, true>(Vn, Ts, ldc, Xlo, ldv, row0, col0, lane);
         warp_gemm<1, NTV, kC / 16, false, true>(Vn, Tlo, ldc, Xs, ldv, row0, col0, lane);
       }
-      __syncthreads();  // Vnew replaces X in R1
+      __syncthreads();  // Vnew replaces X in R1, the decayed Vnew hi replaces T
       float* dv = p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + v0 : nullptr;
       for_each_pair(Vn, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
         store2(Vns + i * ldv + col, x0, x1);
@@ -693,7 +916,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
     }
     __syncthreads();
 
-    // --- phase 5: O = scale (e_start Q S0 + P Vnew); S_end = e_start(c) S0 + K^T (e_end Vnew) -----
+    // --- O = scale (e_start Q S0 + P Vnew); S_end = e_start(c) S0 + K^T (e_end Vnew) -----------
     warp_gemm<1, NTV, kC / 16, false, true>(O, Ps, ldc, Vns, ldv, row0, col0, lane);
     {
       E* og = static_cast<E*>(p.o);
@@ -719,7 +942,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
         if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
       });
     }
-    // S0 operand of the next chunk: its last readers (phase 1) are behind several barriers.
+    // S0 operand of the next chunk: its last readers (the S0 products) are behind 4 barriers.
     write_state_operand();
   }
 
@@ -731,20 +954,93 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward(const ChunkedPara
   }
 }
 
-// Raises the instance's dynamic shared-memory limit once per process (first launch; one device
-// per process is what the tests and benchmarks use), then launches.
+// ----- instances and launches ---------------------------------------------------------------
+
 template <class E, int KP, int BV>
-cudaError_t launch_instance(const ChunkedParams& params, std::int64_t blocks, cudaStream_t stream) {
-  using L = Plan<E, KP, BV>;
-  static bool configured = false;
-  if (!configured) {
-    const cudaError_t code = cudaFuncSetAttribute(chunked_forward<E, KP, BV>,
-                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::bytes));
+struct Instance {
+  using F = Plan<E, KP, BV>;
+  using P = PrepPlan<E, KP>;
+  static constexpr std::size_t shared_bytes = F::bytes;
+  static constexpr int blocks_per_sm = F::min_blocks;
+
+  // Raises the kernels' dynamic shared-memory limits (and asks for the largest shared-memory
+  // carveout, for two resident blocks where the plan allows them) once per process: one device
+  // per process is what the tests and benchmarks use.
+  static cudaError_t configure() {
+    static bool configured = false;
+    if (configured) return cudaSuccess;
+    cudaError_t code = cudaFuncSetAttribute(chunked_forward<E, KP, BV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(F::bytes));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(chunked_forward<E, KP, BV>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(chunked_prepare<E, KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(P::bytes));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(chunked_prepare<E, KP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
     if (code != cudaSuccess) return code;
     configured = true;
+    return cudaSuccess;
   }
-  chunked_forward<E, KP, BV><<<static_cast<unsigned>(blocks), kThreads, L::bytes, stream>>>(params);
-  return cudaSuccess;
+
+  // Offsets, prepass, forward, in stream order (no host synchronisation: capturable).
+  static void enqueue(const ChunkedParams& params, std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream) {
+    chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
+    if (prep_blocks > 0)
+      chunked_prepare<E, KP><<<static_cast<unsigned>(prep_blocks), kThreads, P::bytes, stream>>>(params);
+    chunked_forward<E, KP, BV><<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
+  }
+};
+
+// Calls f(Instance<E, KP, BV>{}) for the instance of (key_pad, value_tile); false when there is
+// none. bf16/fp16: K padded to 64 or 128, tiles of 16 to 128; fp32: tiles of 16 and 32 (its
+// fp32 operands need twice the shared memory).
+template <class E, class Fn>
+bool for_instance(int key_pad, int value_tile, Fn&& f) {
+  if (key_pad == 64 && value_tile == 16) return f(Instance<E, 64, 16>{}), true;
+  if (key_pad == 64 && value_tile == 32) return f(Instance<E, 64, 32>{}), true;
+  if (key_pad == 128 && value_tile == 16) return f(Instance<E, 128, 16>{}), true;
+  if (key_pad == 128 && value_tile == 32) return f(Instance<E, 128, 32>{}), true;
+  if constexpr (Elem<E>::tensor) {
+    if (key_pad == 64 && value_tile == 64) return f(Instance<E, 64, 64>{}), true;
+    if (key_pad == 64 && value_tile == 128) return f(Instance<E, 64, 128>{}), true;
+    if (key_pad == 128 && value_tile == 64) return f(Instance<E, 128, 64>{}), true;
+    if (key_pad == 128 && value_tile == 128) return f(Instance<E, 128, 128>{}), true;
+  }
+  return false;
 }
+
+// The per-type entry points of chunked_dispatch.cu (each input type's translation unit defines
+// its three through these).
+template <class E>
+struct Entry {
+  static cudaError_t configure(int key_pad, int value_tile, bool* instantiated) {
+    cudaError_t code = cudaSuccess;
+    *instantiated = for_instance<E>(key_pad, value_tile, [&](auto i) { code = decltype(i)::configure(); });
+    return code;
+  }
+  static cudaError_t enqueue(int key_pad, int value_tile, const ChunkedParams& params, std::int64_t blocks,
+                             std::int64_t prep_blocks, cudaStream_t stream) {
+    if (!for_instance<E>(key_pad, value_tile,
+                         [&](auto i) { decltype(i)::enqueue(params, blocks, prep_blocks, stream); }))
+      return cudaErrorInvalidValue;
+    return cudaGetLastError();
+  }
+  static std::size_t shared_bytes(int key_pad, int value_tile) {
+    std::size_t bytes = 0;
+    for_instance<E>(key_pad, value_tile, [&](auto i) { bytes = decltype(i)::shared_bytes; });
+    return bytes;
+  }
+  static int blocks_per_sm(int key_pad, int value_tile) {
+    int blocks = 0;
+    for_instance<E>(key_pad, value_tile, [&](auto i) { blocks = decltype(i)::blocks_per_sm; });
+    return blocks;
+  }
+  static std::size_t prepare_shared_bytes(int key_pad) {
+    return key_pad == 64 ? PrepPlan<E, 64>::bytes : key_pad == 128 ? PrepPlan<E, 128>::bytes : 0;
+  }
+};
 
 }  // namespace gdn::cuda::detail::chunked

@@ -1,5 +1,8 @@
 // Host side of the chunked prefill: the common checks of the recurrent kernels
-// (validate_prefill), the chunked kernel's own rules, then one launch.
+// (validate_prefill), the chunked kernel's own rules, then the workspace (given or allocated
+// stream-ordered) and the three launches (offsets, prepass, state kernel).
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -69,17 +72,24 @@ bool chunked_prefill_supports(const Problem& problem, std::string* why) {
   return false;
 }
 
+int chunked_blocks_per_sm(const Problem& p, int value_tile) {
+  return detail::chunked_instance_blocks_per_sm(element_type(p.input_dtype), p.K <= 64 ? 64 : 128, value_tile);
+}
+
 int chunked_value_tile(const Problem& p, int multiprocessors) {
-  // Per-chunk work of one block in units of 16 K x V columns (at K = V = 128, C = 64): the
-  // V-independent part (KK^T, QK^T, the inverse, the gates) costs about what 64 columns of
-  // the V-dependent part do, and each SM runs one block at a time.
+  // Per-chunk time of one block in units of 16 K x V columns: a fixed part worth 64 columns
+  // plus BV. The 64 was measured (H200, K = V = 128) when the V-independent work (gates, KK^T,
+  // QK^T, the inverse) still ran in every block; it moved to the prepass, and what stays fixed
+  // is the latency of the chunk's loads and barriers. Not re-measured since the split. A wave
+  // holds one block per SM, two for the instances that fit twice (chunked_blocks_per_sm).
   const std::vector<int> candidates = tile_candidates(p);
   const std::int64_t pairs = std::int64_t(p.N()) * p.HV;
   int best = candidates.empty() ? 16 : candidates.back();
   double best_cost = -1;
   for (int bv : candidates) {
     const std::int64_t blocks = pairs * (p.V / bv);
-    const std::int64_t waves = (blocks + multiprocessors - 1) / std::max(multiprocessors, 1);
+    const std::int64_t slots = std::int64_t(std::max(multiprocessors, 1)) * std::max(chunked_blocks_per_sm(p, bv), 1);
+    const std::int64_t waves = (blocks + slots - 1) / slots;
     const double cost = double(std::max<std::int64_t>(waves, 1)) * (64.0 + bv);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
@@ -97,6 +107,11 @@ std::int64_t chunked_chunk_offsets(const Problem& p, std::vector<std::int64_t>* 
     total += (p.seq_len(n) + kChunkSize - 1) / kChunkSize;
   }
   return total;
+}
+
+std::size_t chunked_workspace_bytes(const Problem& p) {
+  const std::size_t records = static_cast<std::size_t>(chunked_chunk_offsets(p, nullptr)) * static_cast<std::size_t>(p.HV);
+  return detail::chunked_offsets_bytes(p.N()) + records * detail::chunked_record_bytes(element_type(p.input_dtype));
 }
 
 double chunked_flops(const Problem& p) {
@@ -138,6 +153,17 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
   }
   const std::int64_t blocks = std::int64_t(problem.N()) * problem.HV * (problem.V / 16);
   if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
+  const std::int64_t chunks = chunked_chunk_offsets(problem, nullptr);
+  if (chunks * problem.HV > 0x7fffffff) fail("cu_seqlens", "chunks * HV is too large for one prepass launch");
+  if (options.workspace) {
+    if (reinterpret_cast<std::uintptr_t>(options.workspace) % 16 != 0) fail("workspace", "must be 16-byte aligned");
+    const std::size_t need = chunked_workspace_bytes(problem);
+    if (options.workspace_bytes < need)
+      fail("workspace", "must hold chunked_workspace_bytes = " + std::to_string(need) + " bytes for this batch, got " +
+                            std::to_string(options.workspace_bytes));
+  } else if (options.workspace_bytes != 0) {
+    fail("workspace", "is null but workspace_bytes is " + std::to_string(options.workspace_bytes));
+  }
 }
 
 void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const ChunkedOptions& options) {
@@ -184,13 +210,30 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   }
   const std::int64_t blocks = std::int64_t(p.N()) * p.HV * r.value_tiles;
   if (blocks == 0 || p.N() == 0) return;
+  const ElementType input = element_type(p.input_dtype);
   bool instantiated = false;
-  const cudaError_t code =
-      detail::launch_chunked(element_type(p.input_dtype), key_pad, value_tile, r, blocks, stream, &instantiated);
+  const cudaError_t code = detail::configure_chunked(input, key_pad, value_tile, &instantiated);
   if (!instantiated)
     fail("value_tile", "no chunked kernel instance for K padded to " + str(key_pad) + ", value tile " + str(value_tile));
   check_cuda(code, "cudaFuncSetAttribute(chunked kernel shared memory)");
-  check_cuda(cudaGetLastError(), "chunked kernel launch");
+
+  // Workspace: the caller's, or one stream-ordered allocation freed after the last kernel.
+  const std::int64_t chunks = chunked_chunk_offsets(p, nullptr);
+  const std::size_t workspace_bytes = chunked_workspace_bytes(p);
+  void* workspace = options.workspace;
+  if (!workspace) {
+    const std::string what = "cudaMallocAsync(chunked prefill workspace of " + std::to_string(workspace_bytes) + " bytes)";
+    const cudaError_t allocated = cudaMallocAsync(&workspace, workspace_bytes, stream);
+    if (allocated != cudaSuccess) cudaGetLastError();  // not sticky: leave no error for the next call
+    check_cuda(allocated, what.c_str());
+  }
+  r.ws_offsets = static_cast<std::int64_t*>(workspace);
+  r.ws_records = static_cast<unsigned char*>(workspace) + detail::chunked_offsets_bytes(p.N());
+  r.ws_chunks = chunks;
+  const cudaError_t launched = detail::enqueue_chunked(input, key_pad, value_tile, r, blocks, chunks * p.HV, stream);
+  const cudaError_t freed = options.workspace ? cudaSuccess : cudaFreeAsync(workspace, stream);
+  check_cuda(launched, "chunked kernel launch");
+  check_cuda(freed, "cudaFreeAsync(chunked prefill workspace)");
 }
 
 }  // namespace gdn::cuda

@@ -3,6 +3,7 @@
 // (chunked_kernel.cuh). Plain pointers and sizes, passed by value as the kernel's one parameter.
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/recurrent_params.hpp"  // ElementType
@@ -34,7 +35,7 @@ struct ChunkedParams {
 
   // Debug mode (all null when off): per-chunk intermediates, chunk index = chunk_offsets[n] + i.
   const std::int64_t* chunk_offsets;  // [N]
-  float* debug_A;      // [chunks, HV, 64, 64]  (written by the first V tile)
+  float* debug_A;      // [chunks, HV, 64, 64]  (A and T: written by the prepass)
   float* debug_T;      // [chunks, HV, 64, 64]
   float* debug_Vnew;   // [chunks, HV, 64, V]
   float* debug_S0;     // [chunks, HV, K, V]
@@ -62,8 +63,8 @@ constexpr std::size_t chunked_record_bytes(ElementType input) {
 constexpr std::size_t chunked_offsets_bytes(int N) { return (std::size_t(N + 1) * 8 + 255) / 256 * 256; }
 
 // Hopper: 228 KB of shared memory per SM, 1 KB of it reserved per resident block, at most
-// 227 KB per block. Blocks of the forward kernel one SM can hold by shared memory (1 or 2; the
-// kernel's __launch_bounds__ and the host's V-tile choice both use this).
+// 227 KB per block. Blocks of a kernel one SM can hold by shared memory (1 or 2); the
+// instances' __launch_bounds__ also weigh registers (chunked_kernel.cuh, Plan::min_blocks).
 constexpr std::size_t kChunkedSmemPerSM = 228 * 1024;
 constexpr std::size_t kChunkedSmemReservedPerBlock = 1024;
 constexpr int chunked_blocks_per_sm(std::size_t dynamic_shared_bytes) {
@@ -83,5 +84,8 @@ cudaError_t enqueue_chunked(ElementType input, int key_pad, int value_tile, cons
 // the prepass of (input type, padded K), for tests, tuning notes and the V-tile choice.
 std::size_t chunked_shared_bytes(ElementType input, int key_pad, int value_tile);
 std::size_t chunked_prepare_shared_bytes(ElementType input, int key_pad);
+// Resident blocks per SM the forward instance is built for (its __launch_bounds__; 0 when not
+// instantiated): what the host's V-tile choice counts per wave.
+int chunked_instance_blocks_per_sm(ElementType input, int key_pad, int value_tile);
 
 }  // namespace gdn::cuda::detail

@@ -20,8 +20,13 @@
 //
 // Batch invariance: the V tile is chosen from the batch shape (to fill the GPU), but no output
 // bit depends on it: each output element is reduced in one fixed order (see the kernel header).
+//
+// One call enqueues three kernels on the stream: the chunk offsets, a prepass over every
+// (chunk, value head) (gates, A, P, T: what does not depend on the state) into a workspace, and
+// the sequential state kernel that reads it (ChunkedOptions::workspace, chunked_workspace_bytes).
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,6 +56,13 @@ struct ChunkedOptions {
   // 64 or 128 (bf16/fp16) or 16, 32 (fp32), dividing V. Changes the speed, never the bits.
   int value_tile = 0;
   const ChunkedDebug* debug = nullptr;
+  // Device workspace of the prepass (the per-chunk T, P and gate scalars the state kernel
+  // reads): at least chunked_workspace_bytes(problem) bytes, 16-byte aligned, used by this
+  // launch until its kernels finish (stream order) and not by another launch meanwhile. Null:
+  // each launch allocates it on its stream with cudaMallocAsync and frees it with cudaFreeAsync
+  // (stream-ordered, no host synchronisation, capturable in a CUDA graph).
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 // Whether the chunked kernel supports the (valid) problem; fills *why when not.
@@ -65,8 +77,19 @@ void chunked_prefill(const Problem& problem, const DeviceTensors& tensors, cudaS
                      const ChunkedOptions& options = {});
 
 // The V tile the default picks for `multiprocessors` SMs: the one that minimises
-// waves x (fixed per-chunk work + BV), from the candidates that divide V.
+// waves x (fixed per-chunk work + BV), from the candidates that divide V; a wave holds two
+// blocks per SM for the instances built for two (chunked_blocks_per_sm).
 int chunked_value_tile(const Problem& problem, int multiprocessors);
+
+// Bytes of the workspace a launch for `problem` needs (ChunkedOptions::workspace): the chunk
+// offsets ((N + 1) int64, padded to 256 bytes), then one record per (chunk, value head) of
+// 3 x 64 x 64 elements of the input dtype + 6 x 64 fp32 (2 x 64 x 64 for fp32 inputs).
+std::size_t chunked_workspace_bytes(const Problem& problem);
+
+// Blocks of the state kernel one SM holds for (problem's input dtype and K, value tile): 1, or
+// 2 where shared memory and registers allow (bf16/fp16, K <= 64, tile 16); 0 when there is no
+// such instance. Host-side, no CUDA call.
+int chunked_blocks_per_sm(const Problem& problem, int value_tile);
 
 // First chunk index of each sequence and the total (the debug buffers' leading extent).
 std::int64_t chunked_chunk_offsets(const Problem& problem, std::vector<std::int64_t>* offsets);
