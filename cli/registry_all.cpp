@@ -20,10 +20,12 @@ namespace {
 
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS && !GDN_CUDA_REGISTERS_ITSELF
 template <class Kernel>
-void add_kernel(oracle::Registry& registry, const char* description) {
+void add_kernel(oracle::Registry& registry, const char* description,
+                oracle::BudgetOptions budget = oracle::BudgetOptions{}) {
   oracle::RegistryEntry e;
   e.name = Kernel().name();
   e.description = description;
+  e.default_budget = budget;
   e.make = [] { return std::make_unique<Kernel>(); };
   e.gpu = true;
   registry.add(std::move(e));
@@ -65,7 +67,11 @@ oracle::Registry build() {
   add_kernel<gdn::cuda::RecurrentPrefillKernel>(registry, "CUDA recurrent prefill kernel");
   add_kernel<gdn::cuda::DecodeKernel>(registry, "CUDA decode kernel (state cache)");
 #if GDN_HAVE_CUDA_CHUNKED
-  add_kernel<gdn::cuda::ChunkedPrefillKernel>(registry, "CUDA chunked tensor-core prefill (C = 64)");
+  // Its state products take tensor-core operands in the input dtype (split hi + lo): hT's floor
+  // is 1 u of bf16/fp16, as in its GPU suite (cuda/chunked_testbed.hpp, BUDGETS.md).
+  oracle::BudgetOptions chunked_budget;
+  chunked_budget.state_unit_input = true;
+  add_kernel<gdn::cuda::ChunkedPrefillKernel>(registry, "CUDA chunked tensor-core prefill (C = 64)", chunked_budget);
 #endif
 #endif
 #endif

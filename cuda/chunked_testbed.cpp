@@ -17,12 +17,6 @@ const T& pick(std::mt19937_64& rng, const std::vector<T>& options) {
 bool coin(std::mt19937_64& rng, double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
 int uniform(std::mt19937_64& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 
-std::string sci(double x) {
-  std::ostringstream s;
-  s.precision(3);
-  s << std::scientific << x;
-  return s.str();
-}
 
 }  // namespace
 
@@ -97,43 +91,20 @@ double rel_rms(const HostTensor<double>& reference, const HostTensor<double>& ac
   return ref == 0 ? INFINITY : std::sqrt(err / ref);
 }
 
+oracle::BudgetOptions budget() {
+  oracle::BudgetOptions options;  // calibrated: factor 2, floor 1 u, arithmetic floor
+  options.state_unit_input = true;
+  return options;
+}
+
 Judgement judge(const Problem& problem, const Inputs& inputs, const Outputs<double>& exact,
                 const Outputs<double>& emulation, const Outputs<double>& actual) {
+  const oracle::Verdict v =
+      oracle::judge(problem, &inputs, exact, actual, &emulation, Formulation::chunked, budget());
   Judgement j;
-  j.pass = true;
-  std::ostringstream details;
-  auto check = [&](oracle::OutputTensor tensor, const HostTensor<double>& ref, const HostTensor<double>& emu,
-                   const HostTensor<double>& x, DType floor_dtype) {
-    const char* name = oracle::output_tensor_name(tensor);
-    if (x.shape() != ref.shape()) {
-      j.pass = false;
-      j.margin = INFINITY;
-      details << name << ": shape " << shape_string(x.shape()) << " != " << shape_string(ref.shape()) << "\n";
-      return;
-    }
-    const oracle::TensorMetrics m = oracle::compare(problem, &inputs, tensor, ref, x);
-    const oracle::TensorMetrics b = oracle::compare(problem, &inputs, tensor, ref, emu);
-    const double rms_budget = 2 * b.rel_rms + unit_roundoff(floor_dtype);
-    const double abs_budget = 2 * b.max_abs_error + oracle::ulp_of(floor_dtype, m.max_abs_ref);
-    auto one = [&](const char* metric, double error, double budget, const std::string& basis) {
-      const bool ok = error <= budget && !std::isnan(error);
-      const double margin = budget > 0 ? error / budget : (error > 0 ? INFINITY : 0);
-      j.margin = std::max(j.margin, std::isnan(margin) ? INFINITY : margin);
-      j.pass = j.pass && ok;
-      details << (ok ? "  ok   " : "  FAIL ") << name << " " << metric << " " << sci(error) << " <= " << sci(budget)
-              << " (" << basis << ")";
-      if (!ok) details << " worst at " << m.worst.describe() << ": ref " << m.worst_ref << " got " << m.worst_value;
-      details << "\n";
-    };
-    one("rel_rms", m.rel_rms, rms_budget,
-        "2 x " + sci(b.rel_rms) + " emulation + 1 u " + dtype_name(floor_dtype));
-    one("max_abs", m.max_abs_error, abs_budget,
-        "2 x " + sci(b.max_abs_error) + " emulation + 1 ulp " + dtype_name(floor_dtype) + " at max|ref| " +
-            sci(m.max_abs_ref));
-  };
-  check(oracle::OutputTensor::o, exact.o, emulation.o, actual.o, problem.input_dtype);
-  if (problem.has_hT) check(oracle::OutputTensor::hT, exact.hT, emulation.hT, actual.hT, state_floor_dtype(problem));
-  j.details = details.str();
+  j.pass = v.passed();
+  j.margin = v.status == oracle::Status::error ? INFINITY : v.worst_margin();
+  j.details = v.details();
   return j;
 }
 

@@ -2,12 +2,13 @@
 // Cases and budgets of the chunked prefill's GPU suite, shared by its tests and its accuracy
 // tool. Plain C++ (no nvcc).
 //
-// Budget (why): the oracle's calibrated model (oracle/budget.hpp): per output, rel_rms <=
-// 2 x the precision emulation's rel_rms + 1 u, max_abs <= 2 x the emulation's max_abs + 1 ulp at
-// max|ref|, the emulation being reference::emulate(chunked, C = 64): fp32 arithmetic, o rounded
-// once to the input dtype. The unit u is the output's dtype for o (the input dtype) and for
-// fp32 inputs for hT too. For bf16/fp16 inputs hT is held to 1 u of the input dtype instead of
-// fp32's: the design the issue prescribes (tensor cores on bf16/fp16 operands, like every peer)
+// Budget (why): the oracle's calibrated model (oracle/budget.hpp, BUDGETS.md), through
+// oracle::judge: per output, rel_rms <= 2 x the precision emulation's rel_rms + 1 u, max_abs <=
+// 2 x the emulation's max_abs + 1 ulp at max|ref| (+ the arithmetic floor where that fails),
+// the emulation being reference::emulate(chunked, C = 64): fp32 arithmetic, o rounded once to
+// the input dtype. The unit u is the output's dtype for o (the input dtype) and for fp32
+// inputs for hT too. For bf16/fp16 inputs hT is held to 1 u of the input dtype instead of
+// fp32's (state_unit=input, also the CLI's default budget for cuda.chunked_prefill): the design the issue prescribes (tensor cores on bf16/fp16 operands, like every peer)
 // feeds the state products with operands in the input dtype. This kernel splits each computed
 // operand of the state path into hi + lo (about 16 bits for bf16, 22 for fp16), well inside
 // 1 u of the input dtype but not 1 u_f32: that would need every product emulated in fp32 (no
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/problem.hpp"
+#include "oracle/budget.hpp"
 #include "fuzz/inputs.hpp"
 
 namespace gdn::cuda::chunked_testbed {
@@ -36,7 +38,9 @@ struct Case {
 // Work T * HV * K * V capped at `work_cap` (CPU reference time).
 Case random_case(std::mt19937_64& rng, double work_cap = 1.2e7);
 
-// The unit of hT's budget floor: see the header comment.
+// The budget of this suite: calibrated(state_unit=input) (see the header comment).
+oracle::BudgetOptions budget();
+// The unit of hT's budget floor (the input dtype for bf16/fp16, else fp32).
 DType state_floor_dtype(const Problem& problem);
 
 struct Judgement {

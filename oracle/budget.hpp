@@ -25,6 +25,15 @@ struct BudgetOptions {
   // calibrated: error <= factor * (emulation's error) + floor_units * (output dtype's rounding).
   double factor = 2.0;
   double floor_units = 1.0;
+  // calibrated: the arithmetic floor (oracle/arithmetic_floor.hpp), in units of fp32's u: what
+  // a correct fp32 computation may err by against the magnitudes it handles. Added only to a
+  // check that fails without it (it can only raise a budget; computing it costs one more pass
+  // of the recurrence). 0 turns it off.
+  double arithmetic_units = 1.0;
+  // calibrated: the unit of the floor for states (hT, intermediate): false, fp32's (the states'
+  // dtype); true, the input dtype's when that is bf16 or fp16: for kernels that feed their state
+  // products with tensor-core operands in the input dtype by design (BUDGETS.md).
+  bool state_unit_input = false;
   // fixed: relative RMS thresholds as other projects use them (BUDGETS.md).
   double fixed_rel_rms_chunked = 0.005;
   double fixed_rel_rms_recurrent = 0.002;
@@ -35,8 +44,8 @@ struct BudgetOptions {
   // the arithmetic (BUDGETS.md, "references"); 0 leaves the check purely relative.
   double fixed_abs_rms = 0.0;
 
-  // "calibrated", "calibrated(factor=3,floor=1)", "fixed", "fixed(rel_rms=1e-12,abs=1e-14)",
-  // "bitwise".
+  // "calibrated", "calibrated(factor=3,floor=1,arith=1,state_unit=input)", "fixed",
+  // "fixed(rel_rms=1e-12,abs=1e-14)", "bitwise".
   std::string describe() const;
 };
 // Parses the describe() forms above (and plain names).

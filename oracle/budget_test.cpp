@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "fuzz/inputs.hpp"
+#include "oracle/arithmetic_floor.hpp"
 #include "oracle/budget.hpp"
 #include "oracle/implementations.hpp"
 #include "oracle/registry.hpp"
@@ -64,9 +65,42 @@ TEST_CASE("calibrated: equal to the emulation passes, 1.5x passes, 3x worse fail
                               Formulation::sequential, options);
   INFO(worse.details());
   CHECK(worse.status == Status::fail);
-  CHECK(rel_rms_check(worse).margin == Approx(3 * e / (2 * e + u)).epsilon(1e-6));
-  CHECK(rel_rms_check(worse).margin > 1.1);
+  // A failing check gets the arithmetic floor added (weighted by 1 / sqrt(15808) here): it
+  // raises the budget a little and still fails 3x the emulation's error.
+  CHECK(rel_rms_check(worse).margin > 1.0);
+  CHECK(rel_rms_check(worse).margin < 3 * e / (2 * e + u));
+  CHECK(rel_rms_check(worse).basis.find("arithmetic") != std::string::npos);
   CHECK(worse.details().find("OVER") != std::string::npos);
+  BudgetOptions without_floor;
+  without_floor.arithmetic_units = 0;
+  const Verdict worse_plain = judge(p, &in, exact, scaled_error(exact, emulated, 3.0), &emulated,
+                                    Formulation::sequential, without_floor);
+  CHECK(rel_rms_check(worse_plain).margin == Approx(3 * e / (2 * e + u)).epsilon(1e-6));
+}
+
+TEST_CASE("calibrated arithmetic floor: one-element outputs judged by analysis, not by one draw", "[oracle][budget]") {
+  // K = V = 1, one sequence of 64 tokens, no decay: o has 64 elements, hT one. The emulation's
+  // error on hT is one rounding-error draw; a correct fp32 computation in another order may
+  // land several u away (the H200 fuzz campaign's shrunk failures looked like this).
+  Problem p = Problem::packed({64}, 1, 1, 1, 1);
+  p.has_hT = true;
+  fuzz::InputOptions options;
+  options.regime = fuzz::GateRegime::no_decay;
+  const Inputs in = fuzz::make_inputs(p, options, 7);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
+  const Outputs<double> floor = arithmetic_floor(p, in, unit_roundoff(DType::f32));
+  REQUIRE(floor.hT.numel() == 1);
+  // u sqrt(K M) H with M = 64 (no decay), H >= |hT|.
+  CHECK(floor.hT[0] >= 8 * unit_roundoff(DType::f32) * std::fabs(exact.hT[0]));
+  // An hT 4 u off (relative) passes; one 1e-4 off (a lost decay of exp(-1e-4), or a real bug) fails.
+  for (double relative : {4 * unit_roundoff(DType::f32), 1e-4}) {
+    Outputs<double> actual = emulated;
+    actual.hT[0] = exact.hT[0] * (1 + relative);
+    const Verdict v = judge(p, &in, exact, actual, &emulated, Formulation::sequential, BudgetOptions{});
+    INFO(v.details());
+    CHECK((v.status == Status::pass) == (relative < 1e-5));
+  }
 }
 
 TEST_CASE("calibrated floor: an exact implementation passes where the emulation is exact too", "[oracle][budget]") {
@@ -167,7 +201,8 @@ TEST_CASE("missing output tensor is an ERROR verdict naming it", "[oracle][budge
 }
 
 TEST_CASE("budget descriptions parse back", "[oracle][budget]") {
-  for (const char* text : {"calibrated", "calibrated(factor=3,floor=0.5)", "fixed", "fixed(rel_rms=1e-12)",
+  for (const char* text : {"calibrated", "calibrated(factor=3,floor=0.5)", "calibrated(arith=0,state_unit=input)",
+                           "calibrated(state_unit=output)", "fixed", "fixed(rel_rms=1e-12)",
                            "fixed(rel_rms=1e-12,abs=1e-14)", "fixed(abs=1e-9)", "bitwise"}) {
     BudgetOptions b;
     std::string error;
@@ -214,4 +249,28 @@ TEST_CASE("evaluate: the chunked reference cannot serve per-token states and say
   const Verdict v = evaluate(*impl, context, BudgetOptions{});
   CHECK(v.status == Status::skipped);
   CHECK(v.message.find("store_intermediate_states") != std::string::npos);
+}
+
+TEST_CASE("calibrated state_unit=input: hT of bf16 inputs floored at 1 u of bf16, o unchanged", "[oracle][budget]") {
+  Problem p = Problem::packed({40}, 1, 2, 16, 16);
+  p.has_h0 = true;
+  p.has_hT = true;
+  p.input_dtype = DType::bf16;
+  const Inputs in = fuzz::make_inputs(p, {}, 9);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
+  // hT 1e-4 off (relative): far above fp32's rounding, well inside 1 u of bf16 (3.9e-3).
+  Outputs<double> actual = emulated;
+  for (std::int64_t i = 0; i < actual.hT.numel(); ++i) actual.hT[i] = exact.hT[i] * (1 + 1e-4);
+  BudgetOptions output_unit, input_unit;
+  output_unit.arithmetic_units = input_unit.arithmetic_units = 0;
+  input_unit.state_unit_input = true;
+  CHECK(judge(p, &in, exact, actual, &emulated, Formulation::sequential, output_unit).status == Status::fail);
+  const Verdict v = judge(p, &in, exact, actual, &emulated, Formulation::sequential, input_unit);
+  INFO(v.details());
+  CHECK(v.status == Status::pass);
+  CHECK(v.budget == "calibrated(arith=0,state_unit=input)");
+  // o is still held to its own dtype's unit: a 2e-2 error of o fails either way.
+  for (std::int64_t i = 0; i < actual.o.numel(); ++i) actual.o[i] = exact.o[i] * (1 + 2e-2);
+  CHECK(judge(p, &in, exact, actual, &emulated, Formulation::sequential, input_unit).status == Status::fail);
 }
