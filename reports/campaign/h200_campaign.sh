@@ -46,6 +46,17 @@ note "fuzz shards done"
 "$BIN" merge --out "$WORKDIR/fuzz/merged.json" "$WORKDIR"/fuzz/results-shard-*-of-"$FUZZ_SHARDS".json \
   > "$WORKDIR/fuzz/merge.log" 2>&1
 note "fuzz merged (rc $?): $(head -c 600 "$WORKDIR/fuzz/merge.log" | tr '\n' ' ')"
+# Provenance for the reports: the merge step knows the shards, not where they ran.
+python3 - "$WORKDIR/fuzz/merged.json" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+  "${GDN_COMMIT:-unknown}" "bash reports/campaign/h200_campaign.sh (FUZZ_SECONDS=$FUZZ_SECONDS FUZZ_SHARDS=$FUZZ_SHARDS SEED=$SEED)" <<'EOF'
+import datetime, json, os, sys
+path, device, commit, command = sys.argv[1:]
+data = json.load(open(path))
+data.update(device=device, commit=commit, command=command,
+            date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+json.dump(data, open(path + ".tmp", "w"), indent=1)
+os.replace(path + ".tmp", path)
+EOF
 
 timeout "${CONFORMANCE_SECONDS:-240}" "$BIN" conformance --json "$WORKDIR/conformance_all.json" --junit "$WORKDIR/conformance_all.xml" \
   > "$WORKDIR/conformance_all.log" 2>&1

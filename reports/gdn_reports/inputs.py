@@ -362,7 +362,7 @@ def _load_tally(obj: dict, source: str, results: Results) -> int:
 
 
 def _load_fuzz(obj: dict, source: str, results: Results) -> int:
-    """`gdn-testbed fuzz --json` / `merge` output (gdn-fuzz-results/1): per implementation
+    """`gdn-testbed fuzz --json` (gdn-fuzz-results/1) / `merge` (gdn-fuzz-merged/1) output: per implementation
     tallies, and the shrunk failures with their replay commands."""
     tallies = obj.get("tallies")
     if not isinstance(tallies, dict):
@@ -374,7 +374,8 @@ def _load_fuzz(obj: dict, source: str, results: Results) -> int:
         results.fuzz.append({"source": source, "implementation": name, "pass": int(t["pass"]), "fail": int(t["fail"]),
                              "error": int(t["error"]), "skipped": int(t["skipped"]),
                              "worst_margin": number(t.get("worst_margin")), "worst_case": str(t.get("worst_case", "")),
-                             "cases": obj.get("cases"), "seconds": number(obj.get("seconds")),
+                             "cases": obj.get("cases"),
+                             "seconds": number(obj.get("seconds", obj.get("wall_seconds"))),
                              "shard": obj.get("shard"), "interrupted": bool(obj.get("interrupted"))})
     for f in obj.get("failures", []) or []:
         results.fuzz_failures.append({"source": source, "implementation": str(f.get("implementation", "?")),
@@ -420,7 +421,7 @@ def load_results(root: Path) -> Results:
             count = _load_peer(data, source, results)
             results.provenance.append(Provenance(source, "peer " + (data["peer"] if isinstance(data["peer"], str) else str(data["peer"].get("name", "?"))), records=count,
                                                  **_provenance_fields(data)))
-        elif isinstance(data, dict) and str(data.get("format", "")).startswith("gdn-fuzz-results/"):
+        elif isinstance(data, dict) and str(data.get("format", "")).startswith(("gdn-fuzz-results/", "gdn-fuzz-merged/")):
             count = _load_fuzz(data, source, results)
             fields = _provenance_fields(data)
             results.provenance.append(Provenance(source, "fuzz results", records=count, **fields))
