@@ -18,58 +18,62 @@ Outputs<double> arithmetic_floor(const Problem& problem, const Inputs& inputs, d
   if (problem.has_hT) floor.hT = HostTensor<double>(problem.state_shape());
   if (problem.store_intermediate_states) floor.intermediate = HostTensor<double>(problem.intermediate_shape());
 
-  Matrix<double> S(K, V), column_floor(K, V);
-  std::vector<double> q(K), k(K), handled(V), error(V);
+  Matrix<double> S(K, V), energy(K, V);
+  std::vector<double> q(K), k(K);
   const double root_k = std::sqrt(double(K));
+  const double u2 = unit * unit;
   for (int n = 0; n < problem.N(); ++n) {
     const std::int64_t row = reference::state_row(problem, inputs, n);
     if (row < 0) continue;
     for (int j = 0; j < HV; ++j) {
       const int h = j / problem.group_size();
       reference::initial_state(problem, inputs, row, j, S);
-      // h0 is given exactly (fp32 values): it carries no error yet, only magnitude.
-      double memory = 0;
-      for (int vv = 0; vv < V; ++vv) handled[vv] = S.col(vv).norm();
+      energy.setZero();  // h0 is given exactly (fp32 values): it carries no error yet
       for (std::int64_t t = problem.seq_begin(n); t < problem.seq_begin(n) + problem.seq_len(n); ++t) {
         reference::load_qk(problem, inputs, t, h, q.data(), k.data());
         double g, beta;
         reference::load_gates(problem, inputs, t, j, &g, &beta);
         const double alpha = std::exp(g);
-        S *= alpha;
-        memory = alpha * memory + 1;  // alpha == 0: every earlier error is multiplied by 0
-        double q_norm = 0, k_norm = 0;
-        for (int kk = 0; kk < K; ++kk) {
-          q_norm += q[kk] * q[kk];
-          k_norm += k[kk] * k[kk];
-        }
-        q_norm = std::sqrt(q_norm);
-        k_norm = std::sqrt(k_norm);
+        double k2 = 0;
+        for (int kk = 0; kk < K; ++kk) k2 += k[kk] * k[kk];
+        // Errors made earlier: decayed, and shrunk along k by (1 - beta |k|^2) (an error spread
+        // evenly over the K directions loses beta (2 - beta) |k|^2 / K of its energy per step).
+        const double contraction =
+            alpha == 0 ? 0.0 : alpha * alpha * std::max(0.0, 1 - beta * (2 - beta) * k2 / K);
+        // exp(g) computed from a g that itself carries a few roundings (fused gates: exp,
+        // softplus, product): an error of about (1 + |g|) u relative in the decay, the same
+        // for every element, plus the rounding of each product alpha S.
+        const double decay_error2 = ((1 + std::fabs(g)) * (1 + std::fabs(g)) + 1) * u2;
         const double* v = inputs.v.data() + (t * HV + j) * V;
         for (int vv = 0; vv < V; ++vv) {
-          double dot = 0, dot_magnitude = 0;
+          double dot = 0, dot_terms2 = 0;
           for (int kk = 0; kk < K; ++kk) {
+            S(kk, vv) *= alpha;
             dot += S(kk, vv) * k[kk];
-            dot_magnitude += std::fabs(S(kk, vv) * k[kk]);
+            dot_terms2 += S(kk, vv) * k[kk] * S(kk, vv) * k[kk];
           }
-          const double update = beta * (v[vv] - dot);
-          for (int kk = 0; kk < K; ++kk) S(kk, vv) += k[kk] * update;
-          // The largest magnitude this column's roundings have been relative to, within memory.
-          const double step = std::fabs(beta) * (std::fabs(v[vv]) + dot_magnitude) * k_norm;
-          handled[vv] = std::max({alpha * handled[vv], S.col(vv).norm(), step});
-          error[vv] = unit * std::sqrt(double(K) * memory) * handled[vv];
-          double read_magnitude = 0;
-          for (int kk = 0; kk < K; ++kk) read_magnitude += std::fabs(q[kk] * S(kk, vv));
-          floor.o.data()[(t * HV + j) * V + vv] = unit * root_k * read_magnitude + q_norm * error[vv];
+          const double delta = v[vv] - dot;
+          // Per element, this step's roundings: the decay; the K-term dot product S^T k (a
+          // K-term sum errs by about u sqrt(K) |terms|_2: relative to its terms, not to its
+          // result, which may cancel), written back along k; the sum S + k beta delta; the
+          // delta itself with the l2norm of k (relative sqrt(K) u) and beta's rounding.
+          const double along_k = u2 * beta * beta * (K * dot_terms2 + (1 + K) * delta * delta);
+          double read = 0, read_terms2 = 0;
+          for (int kk = 0; kk < K; ++kk) {
+            const double decayed = S(kk, vv);
+            S(kk, vv) += k[kk] * beta * delta;
+            double& e = energy(kk, vv);
+            e = contraction * e + decay_error2 * decayed * decayed + along_k * k[kk] * k[kk] + u2 * S(kk, vv) * S(kk, vv);
+            read += q[kk] * q[kk] * e;
+            read_terms2 += q[kk] * S(kk, vv) * q[kk] * S(kk, vv);
+          }
+          // o reads the state through q^: its own dot product, plus the state's errors.
+          floor.o.data()[(t * HV + j) * V + vv] = unit * root_k * std::sqrt(read_terms2) + std::sqrt(read);
         }
-        if (problem.store_intermediate_states) {
-          for (int vv = 0; vv < V; ++vv) column_floor.col(vv).setConstant(error[vv]);
-          reference::store_state(problem, column_floor, t, j, floor.intermediate.data());
-        }
+        if (problem.store_intermediate_states)
+          reference::store_state(problem, energy.cwiseSqrt().eval(), t, j, floor.intermediate.data());
       }
-      if (problem.has_hT) {
-        for (int vv = 0; vv < V; ++vv) column_floor.col(vv).setConstant(memory > 0 ? error[vv] : 0.0);
-        reference::store_state(problem, column_floor, row, j, floor.hT.data());
-      }
+      if (problem.has_hT) reference::store_state(problem, energy.cwiseSqrt().eval(), row, j, floor.hT.data());
     }
   }
   return floor;

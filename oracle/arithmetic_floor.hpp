@@ -14,17 +14,22 @@
 // one to a few output elements, margins 1.0 to 6.4). The floor is what an error analysis
 // allows; the emulation term keeps the budget tight wherever it is a good estimate.
 //
-// Model (probabilistic rounding-error analysis, errors of independent roundings add like a
-// random walk): the recurrence runs in double here, with absolute values tracked beside it.
-//   * o_t[v] = q^_t . S_t[:, v]: its own dot product errs by about u sqrt(K) sum_k |q^_k S_kv|.
-//   * the state column S[:, v] carries the errors of every earlier step that decay has not yet
-//     erased: each step rounds O(K) products of magnitude at most H[v] (the largest column
-//     norm or update term handled in that memory), the steps' maps have norm <= exp(g), so
-//     after the memory M = sum_s prod_{r > s} exp(g_r) (M = L without decay, ~1 / (1 - exp(g))
-//     with it, 1 after a reset) the column's error is about u sqrt(K M) H[v].
-//   * o gets that state error through q^: |q^| u sqrt(K M) H[v].
-// States (hT, intermediate) get u sqrt(K M) H[v] per element (the column's error: an element
-// may hold all of it).
+// Model (probabilistic rounding-error analysis: independent roundings add in energy, like a
+// random walk), from a double pass of the recurrence that tracks, per state element S_kv, the
+// expected energy E_kv of its accumulated rounding error:
+//   E_kv <- alpha^2 (1 - beta (2 - beta) |k|^2 / K) E_kv + u^2 [ ((1 + |g|)^2 + 1) (alpha S_kv)^2
+//           + beta^2 (K sum_k' (S_k'v k_k')^2 + (1 + K) delta_v^2) k_k^2 + S_new,kv^2 ]
+// (earlier errors decay and shrink along k, averaged over directions; this step rounds the
+// decay, whose exp(g) inherits g's own roundings, the K-term dot product S^T k written back
+// along k, the delta v - S^T k with the l2norm of k and beta's rounding, and the sum
+// S + k beta delta; a K-term sum errs by about u sqrt(K) times the 2-norm of its terms:
+// relative to the terms, not to the result, which may cancel). An underflowing gate
+// (alpha = 0) erases everything before it.
+//   * states (hT, intermediate): sqrt(E_kv);
+//   * o_t[v] = q^_t . S_t[:, v]: u sqrt(K) |(q^_k S_kv)_k|_2 (its own dot product)
+//     + sqrt(sum_k q^_k^2 E_kv) (the state's errors read through q^).
+// These are one-standard-deviation estimates; oracle/budget.cpp scales them by `arith` (default 4) and by the statistics of
+// the check (BUDGETS.md).
 #include "core/problem.hpp"
 
 namespace gdn::oracle {

@@ -58,7 +58,7 @@ std::string BudgetOptions::describe() const {
       std::string params;
       if (factor != 2.0) params += ",factor=" + compact(factor);
       if (floor_units != 1.0) params += ",floor=" + compact(floor_units);
-      if (arithmetic_units != 1.0) params += ",arith=" + compact(arithmetic_units);
+      if (arithmetic_units != 4.0) params += ",arith=" + compact(arithmetic_units);
       if (state_unit_input) params += ",state_unit=input";
       return params.empty() ? "calibrated" : "calibrated(" + params.substr(1) + ")";
     }
@@ -265,7 +265,7 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
   std::optional<Outputs<double>> arithmetic;
   auto arithmetic_floor_of = [&](OutputTensor tensor) -> const HostTensor<double>* {
     if (!inputs || !(options.arithmetic_units > 0)) return nullptr;
-    if (!arithmetic) arithmetic = arithmetic_floor(problem, *inputs, options.arithmetic_units * unit_roundoff(DType::f32));
+    if (!arithmetic) arithmetic = arithmetic_floor(problem, *inputs, unit_roundoff(DType::f32));
     return &tensor_of(*arithmetic, tensor);
   };
   for (OutputTensor tensor : judged_tensors(problem)) {
@@ -303,11 +303,12 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
                                    dtype_name(floor_dtype) + " at max|ref|)");
         if (!rel.pass || !abs.pass) {
           if (const HostTensor<double>* f = arithmetic_floor_of(tensor)) {
-            // The floor stands in for what one draw of the emulation's error cannot tell: the
-            // error statistics over n elements (rms, max) of a correct implementation spread
-            // by about 1 / sqrt(n) around their typical value, so the analysis term enters
-            // with weight 1 / sqrt(n): in full for a one-element state, negligible for the
-            // large outputs where the emulation's error is a good estimate (BUDGETS.md).
+            // The floor stands in for what one draw of the emulation's error cannot tell. Over
+            // n elements the rms of a correct implementation's errors spreads by about
+            // 1 / sqrt(2n) around its typical value, the max by about 1 / sqrt(2 ln n): the
+            // modelled error enters the rms check with weight 1 / sqrt(n), the max check with
+            // 1 / sqrt(1 + 2 ln n): in full for a one-element state, little where the
+            // emulation's error is a good estimate (BUDGETS.md).
             double sum_squares = 0, largest = 0;
             std::int64_t elements = 0;
             for (std::int64_t i = 0; i < f->numel(); ++i) {
@@ -315,20 +316,21 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
               largest = std::max(largest, f->data()[i]);
               elements += f->data()[i] > 0;
             }
-            const double weight = elements > 0 ? 1 / std::sqrt(double(elements)) : 0.0;
-            const double floor_rms = elements > 0 ? weight * std::sqrt(sum_squares / double(f->numel())) : 0.0;
-            largest *= weight;
+            const double n = double(std::max<std::int64_t>(elements, 1));
+            const double floor_rms = options.arithmetic_units *
+                                     std::sqrt(sum_squares / double(std::max<std::int64_t>(f->numel(), 1))) / std::sqrt(n);
+            largest *= options.arithmetic_units / std::sqrt(1 + 2 * std::log(n));
             // rel_rms is relative to rms(ref): the floor's rms over it (inf when ref is all 0
             // and the floor is not: then only the absolute checks can say anything).
             const double floor_rel = floor_rms == 0 ? 0.0 : (m.rms_ref == 0 ? INFINITY : floor_rms / m.rms_ref);
-            const std::string why = " (arithmetic: u_f32 sqrt(K M) x magnitudes handled / sqrt(" +
-                                    std::to_string(elements) + ")";
+            const std::string why = " (arithmetic floor: " + compact(options.arithmetic_units) +
+                                    " x modelled fp32 rounding error, n = " + std::to_string(elements);
             if (!rel.pass)
               rel = make_check(tensor, "rel_rms", m.rel_rms, rel.budget + floor_rel,
-                               rel.basis + " + " + sci(floor_rel) + why + ", rms)");
+                               rel.basis + " + " + sci(floor_rel) + why + ", rms / sqrt(n))");
             if (!abs.pass)
               abs = make_check(tensor, "max_abs", m.max_abs_error, abs.budget + largest,
-                               abs.basis + " + " + sci(largest) + why + ", max)");
+                               abs.basis + " + " + sci(largest) + why + ", max / sqrt(1 + 2 ln n))");
           }
         }
         v.checks.push_back(rel);

@@ -25,11 +25,11 @@ struct BudgetOptions {
   // calibrated: error <= factor * (emulation's error) + floor_units * (output dtype's rounding).
   double factor = 2.0;
   double floor_units = 1.0;
-  // calibrated: the arithmetic floor (oracle/arithmetic_floor.hpp), in units of fp32's u: what
-  // a correct fp32 computation may err by against the magnitudes it handles. Added only to a
-  // check that fails without it (it can only raise a budget; computing it costs one more pass
-  // of the recurrence). 0 turns it off.
-  double arithmetic_units = 1.0;
+  // calibrated: the arithmetic floor (oracle/arithmetic_floor.hpp): this many times the
+  // modelled rounding error of a correct fp32 computation, weighted by the check's statistics.
+  // Added only to a check that fails without it (it can only raise a budget; computing it
+  // costs one more pass of the recurrence). 0 turns it off.
+  double arithmetic_units = 4.0;
   // calibrated: the unit of the floor for states (hT, intermediate): false, fp32's (the states'
   // dtype); true, the input dtype's when that is bf16 or fp16: for kernels that feed their state
   // products with tensor-core operands in the input dtype by design (BUDGETS.md).
