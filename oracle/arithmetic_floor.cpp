@@ -9,14 +9,18 @@
 
 namespace gdn::oracle {
 
-Outputs<double> arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit) {
+ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit) {
   validate(problem, inputs);
   using reference::Matrix;
   const int HV = problem.HV, K = problem.K, V = problem.V;
-  Outputs<double> floor;
-  floor.o = HostTensor<double>(problem.v_shape());
-  if (problem.has_hT) floor.hT = HostTensor<double>(problem.state_shape());
-  if (problem.store_intermediate_states) floor.intermediate = HostTensor<double>(problem.intermediate_shape());
+  ArithmeticFloor result;
+  for (Outputs<double>* floor : {&result.independent, &result.shared}) {
+    floor->o = HostTensor<double>(problem.v_shape());
+    if (problem.has_hT) floor->hT = HostTensor<double>(problem.state_shape());
+    if (problem.store_intermediate_states) floor->intermediate = HostTensor<double>(problem.intermediate_shape());
+  }
+  Outputs<double>& floor = result.independent;
+  Outputs<double>& shared = result.shared;
 
   Matrix<double> S(K, V), energy(K, V);
   std::vector<double> q(K), k(K);
@@ -29,6 +33,9 @@ Outputs<double> arithmetic_floor(const Problem& problem, const Inputs& inputs, d
       const int h = j / problem.group_size();
       reference::initial_state(problem, inputs, row, j, S);
       energy.setZero();  // h0 is given exactly (fp32 values): it carries no error yet
+      double gate_relative = 0;  // energy of the decays' shared relative error in S
+      if (problem.seq_len(n) > 0) ++result.shared_groups;
+      result.shared_tokens += problem.seq_len(n);
       for (std::int64_t t = problem.seq_begin(n); t < problem.seq_begin(n) + problem.seq_len(n); ++t) {
         reference::load_qk(problem, inputs, t, h, q.data(), k.data());
         double g, beta;
@@ -40,11 +47,15 @@ Outputs<double> arithmetic_floor(const Problem& problem, const Inputs& inputs, d
         // evenly over the K directions loses beta (2 - beta) |k|^2 / K of its energy per step).
         const double contraction =
             alpha == 0 ? 0.0 : alpha * alpha * std::max(0.0, 1 - beta * (2 - beta) * k2 / K);
-        // exp(g) computed from a g that itself carries a few roundings (fused gates: exp,
-        // softplus, product): an error of about (1 + |g|) u relative in the decay, the same
-        // for every element, plus the rounding of each product alpha S.
-        const double decay_error2 = ((1 + std::fabs(g)) * (1 + std::fabs(g)) + 1) * u2;
+        // exp(g) rounds once (u / 2 relative); fused gates compute g itself with a few
+        // roundings (exp, softplus, product: about 2u relative, an absolute 2u |g| in the
+        // exponent). ONE draw per token shared by every element of the head's state (kept
+        // apart: it does not average out over the elements); the rounding of each product
+        // alpha S is independent.
+        const double gate_error = 0.5 + (problem.gate_mode == GateMode::fused ? 2 * std::fabs(g) : 0.0);
+        const double gate_step = gate_error * gate_error * u2;
         const double* v = inputs.v.data() + (t * HV + j) * V;
+        double decayed_norm2 = 0, updated_norm2 = 0;
         for (int vv = 0; vv < V; ++vv) {
           double dot = 0, dot_terms2 = 0;
           for (int kk = 0; kk < K; ++kk) {
@@ -58,25 +69,41 @@ Outputs<double> arithmetic_floor(const Problem& problem, const Inputs& inputs, d
           // result, which may cancel), written back along k; the sum S + k beta delta; the
           // delta itself with the l2norm of k (relative sqrt(K) u) and beta's rounding.
           const double along_k = u2 * beta * beta * (K * dot_terms2 + (1 + K) * delta * delta);
-          double read = 0, read_terms2 = 0;
+          double read = 0, read_terms2 = 0, o = 0;
           for (int kk = 0; kk < K; ++kk) {
             const double decayed = S(kk, vv);
             S(kk, vv) += k[kk] * beta * delta;
+            decayed_norm2 += decayed * decayed;
+            updated_norm2 += S(kk, vv) * S(kk, vv);
             double& e = energy(kk, vv);
-            e = contraction * e + decay_error2 * decayed * decayed + along_k * k[kk] * k[kk] + u2 * S(kk, vv) * S(kk, vv);
+            e = contraction * e + u2 * decayed * decayed + along_k * k[kk] * k[kk] + u2 * S(kk, vv) * S(kk, vv);
             read += q[kk] * q[kk] * e;
             read_terms2 += q[kk] * S(kk, vv) * q[kk] * S(kk, vv);
+            o += q[kk] * S(kk, vv);
           }
-          // o reads the state through q^: its own dot product, plus the state's errors.
+          // o reads the state through q^: its own dot product, plus the state's independent
+          // errors (in energy); the decays' shared error is relative to o itself.
           floor.o.data()[(t * HV + j) * V + vv] = unit * root_k * std::sqrt(read_terms2) + std::sqrt(read);
+          shared.o.data()[(t * HV + j) * V + vv] = std::fabs(o);
         }
-        if (problem.store_intermediate_states)
+        // The decays' shared error is a relative perturbation of the decayed part of S: of the
+        // new S it is that part's share (at most all of it; none after an underflowing gate).
+        const double share = updated_norm2 > 0 ? std::min(1.0, decayed_norm2 / updated_norm2) : 0.0;
+        gate_relative = share * (gate_relative + gate_step);
+        for (int vv = 0; vv < V; ++vv) shared.o.data()[(t * HV + j) * V + vv] *= std::sqrt(gate_relative);
+        if (problem.store_intermediate_states) {
           reference::store_state(problem, energy.cwiseSqrt().eval(), t, j, floor.intermediate.data());
+          reference::store_state(problem, (std::sqrt(gate_relative) * S.cwiseAbs()).eval(), t, j,
+                                 shared.intermediate.data());
+        }
       }
-      if (problem.has_hT) reference::store_state(problem, energy.cwiseSqrt().eval(), row, j, floor.hT.data());
+      if (problem.has_hT) {
+        reference::store_state(problem, energy.cwiseSqrt().eval(), row, j, floor.hT.data());
+        reference::store_state(problem, (std::sqrt(gate_relative) * S.cwiseAbs()).eval(), row, j, shared.hT.data());
+      }
     }
   }
-  return floor;
+  return result;
 }
 
 }  // namespace gdn::oracle

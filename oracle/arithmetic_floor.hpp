@@ -17,17 +17,22 @@
 // Model (probabilistic rounding-error analysis: independent roundings add in energy, like a
 // random walk), from a double pass of the recurrence that tracks, per state element S_kv, the
 // expected energy E_kv of its accumulated rounding error:
-//   E_kv <- alpha^2 (1 - beta (2 - beta) |k|^2 / K) E_kv + u^2 [ ((1 + |g|)^2 + 1) (alpha S_kv)^2
+//   E_kv <- alpha^2 (1 - beta (2 - beta) |k|^2 / K) E_kv + u^2 [ (alpha S_kv)^2
 //           + beta^2 (K sum_k' (S_k'v k_k')^2 + (1 + K) delta_v^2) k_k^2 + S_new,kv^2 ]
 // (earlier errors decay and shrink along k, averaged over directions; this step rounds the
 // decay, whose exp(g) inherits g's own roundings, the K-term dot product S^T k written back
 // along k, the delta v - S^T k with the l2norm of k and beta's rounding, and the sum
 // S + k beta delta; a K-term sum errs by about u sqrt(K) times the 2-norm of its terms:
 // relative to the terms, not to the result, which may cancel). An underflowing gate
-// (alpha = 0) erases everything before it.
-//   * states (hT, intermediate): sqrt(E_kv);
+// (alpha = 0) erases everything before it. The decay's own error, u / 2 relative (+ 2 |g| u
+// for fused gates, whose g is itself computed), is one draw per (token, head) shared by the
+// whole state: a relative perturbation of S, tracked apart as a relative energy
+// R <- share (R + (that error)^2), share = |alpha S_prev|^2 / |S_new|^2 capped at 1 (the decayed
+// part's share of the new state), since it does not average out over elements; it gives
+// sqrt(R) |S_kv| and sqrt(R) |o|.
+//   * states (hT, intermediate): sqrt(E_kv), shared sqrt(R) |S_kv|;
 //   * o_t[v] = q^_t . S_t[:, v]: u sqrt(K) |(q^_k S_kv)_k|_2 (its own dot product)
-//     + sqrt(sum_k q^_k^2 E_kv) (the state's errors read through q^).
+//     + sqrt(sum_k q^_k^2 E_kv) (the state's errors read through q^); shared sqrt(R) |o|.
 // These are one-standard-deviation estimates; oracle/budget.cpp scales them by `arith` (default 4) and by the statistics of
 // the check (BUDGETS.md).
 #include "core/problem.hpp"
@@ -36,8 +41,17 @@ namespace gdn::oracle {
 
 // Per-element floors (absolute, >= 0), shaped like the problem's outputs (o; hT and
 // intermediate when the problem has them; for a state cache, slots no sequence names get 0).
+// `independent`: errors of separate roundings per element, which average out over elements;
+// `shared`: the decays' own error, one draw per (token, head) common to the whole state of
+// the head, which does not. Independent draws of the shared part: one per (token, head) for o
+// and intermediate states (shared_tokens x HV), one per (sequence, head) for hT (shared_groups).
+struct ArithmeticFloor {
+  Outputs<double> independent, shared;
+  std::int64_t shared_groups = 0;  // (sequence, head) pairs that ran tokens
+  std::int64_t shared_tokens = 0;  // tokens of named sequences, summed over heads
+};
 // `unit` is the working precision's unit roundoff (2^-24 for fp32 state and accumulation).
 // Validates the problem and inputs first (ProblemError).
-Outputs<double> arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit);
+ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit);
 
 }  // namespace gdn::oracle

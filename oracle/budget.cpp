@@ -262,11 +262,11 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
   if (options.model == BudgetModel::calibrated && !baseline)
     throw std::invalid_argument("oracle::judge: the calibrated budget needs the emulation's outputs");
   // The arithmetic floor, computed at most once and only for a check that fails without it.
-  std::optional<Outputs<double>> arithmetic;
-  auto arithmetic_floor_of = [&](OutputTensor tensor) -> const HostTensor<double>* {
+  std::optional<ArithmeticFloor> arithmetic;
+  auto arithmetic_floor_of = [&]() -> const ArithmeticFloor* {
     if (!inputs || !(options.arithmetic_units > 0)) return nullptr;
     if (!arithmetic) arithmetic = arithmetic_floor(problem, *inputs, unit_roundoff(DType::f32));
-    return &tensor_of(*arithmetic, tensor);
+    return &*arithmetic;
   };
   for (OutputTensor tensor : judged_tensors(problem)) {
     const char* name = output_tensor_name(tensor);
@@ -302,29 +302,46 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
                                    sci(abs_floor) + " (" + compact(options.floor_units) + " ulp " +
                                    dtype_name(floor_dtype) + " at max|ref|)");
         if (!rel.pass || !abs.pass) {
-          if (const HostTensor<double>* f = arithmetic_floor_of(tensor)) {
+          if (const ArithmeticFloor* a = arithmetic_floor_of()) {
             // The floor stands in for what one draw of the emulation's error cannot tell. Over
-            // n elements the rms of a correct implementation's errors spreads by about
+            // n independent draws the rms of a correct implementation's errors spreads by about
             // 1 / sqrt(2n) around its typical value, the max by about 1 / sqrt(2 ln n): the
             // modelled error enters the rms check with weight 1 / sqrt(n), the max check with
             // 1 / sqrt(1 + 2 ln n): in full for a one-element state, little where the
-            // emulation's error is a good estimate (BUDGETS.md).
-            double sum_squares = 0, largest = 0;
+            // emulation's error is a good estimate. Independent roundings count the tensor's
+            // elements; the decays' shared error counts (token, head) pairs for o, (sequence,
+            // head) pairs for hT (BUDGETS.md).
+            struct Part {
+              double rms = 0, largest = 0;
+            };
+            auto part = [](const HostTensor<double>& f, double draws) {
+              double sum_squares = 0, largest = 0;
+              for (std::int64_t i = 0; i < f.numel(); ++i) {
+                sum_squares += f.data()[i] * f.data()[i];
+                largest = std::max(largest, f.data()[i]);
+              }
+              const double n = std::max(draws, 1.0);
+              Part p;
+              p.rms = std::sqrt(sum_squares / double(std::max<std::int64_t>(f.numel(), 1))) / std::sqrt(n);
+              p.largest = largest / std::sqrt(1 + 2 * std::log(n));
+              return p;
+            };
+            const HostTensor<double>& independent = tensor_of(a->independent, tensor);
             std::int64_t elements = 0;
-            for (std::int64_t i = 0; i < f->numel(); ++i) {
-              sum_squares += f->data()[i] * f->data()[i];
-              largest = std::max(largest, f->data()[i]);
-              elements += f->data()[i] > 0;
-            }
-            const double n = double(std::max<std::int64_t>(elements, 1));
-            const double floor_rms = options.arithmetic_units *
-                                     std::sqrt(sum_squares / double(std::max<std::int64_t>(f->numel(), 1))) / std::sqrt(n);
-            largest *= options.arithmetic_units / std::sqrt(1 + 2 * std::log(n));
+            for (std::int64_t i = 0; i < independent.numel(); ++i) elements += independent.data()[i] > 0;
+            const Part own = part(independent, double(elements));
+            const Part gates = part(tensor_of(a->shared, tensor),
+                                    double(tensor == OutputTensor::hT ? a->shared_groups : a->shared_tokens));
+            const double floor_rms = options.arithmetic_units * (own.rms + gates.rms);
+            const double largest = options.arithmetic_units * (own.largest + gates.largest);
             // rel_rms is relative to rms(ref): the floor's rms over it (inf when ref is all 0
             // and the floor is not: then only the absolute checks can say anything).
             const double floor_rel = floor_rms == 0 ? 0.0 : (m.rms_ref == 0 ? INFINITY : floor_rms / m.rms_ref);
             const std::string why = " (arithmetic floor: " + compact(options.arithmetic_units) +
-                                    " x modelled fp32 rounding error, n = " + std::to_string(elements);
+                                    " x modelled fp32 rounding error over " + std::to_string(elements) +
+                                    " elements and " +
+                                    std::to_string(tensor == OutputTensor::hT ? a->shared_groups : a->shared_tokens) +
+                                    " decay draws";
             if (!rel.pass)
               rel = make_check(tensor, "rel_rms", m.rel_rms, rel.budget + floor_rel,
                                rel.basis + " + " + sci(floor_rel) + why + ", rms / sqrt(n))");

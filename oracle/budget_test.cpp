@@ -89,7 +89,7 @@ TEST_CASE("calibrated arithmetic floor: one-element outputs judged by analysis, 
   const Inputs in = fuzz::make_inputs(p, options, 7);
   const Outputs<double> exact = reference::sequential<double>(p, in);
   const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
-  const Outputs<double> floor = arithmetic_floor(p, in, unit_roundoff(DType::f32));
+  const Outputs<double> floor = arithmetic_floor(p, in, unit_roundoff(DType::f32)).independent;
   REQUIRE(floor.hT.numel() == 1);
   REQUIRE(floor.o.numel() == 64);
   CHECK(floor.hT[0] > unit_roundoff(DType::f32) * std::fabs(exact.hT[0]));
@@ -101,14 +101,14 @@ TEST_CASE("calibrated arithmetic floor: one-element outputs judged by analysis, 
   weak.h0 = HostTensor<double>(p.state_shape(), 1.0);
   Problem weak_p = p;
   weak_p.has_h0 = true;
-  const Outputs<double> weak_floor = arithmetic_floor(weak_p, weak, unit_roundoff(DType::f32));
+  const Outputs<double> weak_floor = arithmetic_floor(weak_p, weak, unit_roundoff(DType::f32)).independent;
   const double weak_hT = reference::sequential<double>(weak_p, weak).hT[0];
   // 64 steps of ~3 u^2 each (decay, sum, delta): about 14 u; one step would be under 2 u.
   CHECK(weak_floor.hT[0] > 8 * unit_roundoff(DType::f32) * std::fabs(weak_hT));
   // An underflowing gate at the last token erases the history: the floor is one step's.
   Inputs reset = in;
   reset.g[63] = -1e4;
-  const Outputs<double> reset_floor = arithmetic_floor(p, reset, unit_roundoff(DType::f32));
+  const Outputs<double> reset_floor = arithmetic_floor(p, reset, unit_roundoff(DType::f32)).independent;
   CHECK(reset_floor.hT[0] < 0.5 * floor.hT[0]);
   // An hT 4 u off (relative) passes; one 1e-4 off (a lost decay of exp(-1e-4), or a real bug) fails.
   for (double relative : {4 * unit_roundoff(DType::f32), 1e-4}) {
