@@ -53,7 +53,7 @@ commands:
                  --device N (sets CUDA_VISIBLE_DEVICES=N: one process per GPU)
                  --json FILE (default DIR/results-shard-i-of-n.json)  --budget B
                  --max-failures N (saved and shrunk; default 10)  --stop-at-first  --no-shrink
-                 --max-K N --max-V N (default 128) --max-tokens N (1024) --max-sequences N (5)
+                 --max-K N --max-V N (default 128) --K-multiple M (1) --max-tokens N (1024) --max-sequences N (5)
                  --max-work W (T*HV*K*V cap, 1e6) --intermediate --quiet
   replay FILE  re-run the implementation a case file names (or --impl NAME) and judge it;
                a file with outputs but no runnable implementation is judged on its outputs.
@@ -61,7 +61,7 @@ commands:
   generate     write inputs-only case files for an external implementation
                  --out DIR  --cases N (default 20)  --seed S  --suite fuzz|conformance
                  --first I (start at the campaign's case I: fuzz/I of fuzz --seed S)
-                 --max-K N --max-V N --max-tokens N --max-work W
+                 --max-K N --max-V N --K-multiple M --max-tokens N --max-work W
   verify PATH  judge outputs an external implementation wrote into case files (files or folders)
                  --budget B  --junit FILE  --json FILE  --verbose
   merge        join fuzz shard results: --out FILE RESULTS.json...
@@ -204,6 +204,8 @@ fuzz::CaseSpace sample_space(const Args& args) {
   fuzz::CaseSpace s = fuzz::CaseSpace::chunked(64);
   s.max_K = static_cast<int>(args.integer("--max-K", 128, 1));
   s.max_V = static_cast<int>(args.integer("--max-V", 128, 1));
+  s.K_multiple = static_cast<int>(args.integer("--K-multiple", 1, 1));
+  if (s.K_multiple > s.max_K) throw UsageError("--K-multiple must be at most --max-K");
   s.max_tokens = args.integer("--max-tokens", 1024, 1);
   s.max_sequences = static_cast<int>(args.integer("--max-sequences", s.max_sequences, 1));
   s.max_work = args.number("--max-work", 1.0e6);
@@ -594,14 +596,14 @@ int main(int argc, char** argv) {
     if (sub == "fuzz")
       return fuzz_command(Args(rest,
                                {"--impl", "--budget", "--seed", "--seconds", "--cases", "--shard", "--device", "--out",
-                                "--json", "--max-failures", "--max-K", "--max-V", "--max-tokens", "--max-sequences",
+                                "--json", "--max-failures", "--max-K", "--max-V", "--K-multiple", "--max-tokens", "--max-sequences",
                                 "--max-work"},
                                {"--no-shrink", "--stop-at-first", "--intermediate", "--quiet"}),
                           command, binary);
     if (sub == "replay") return replay(Args(rest, {"--impl", "--budget", "--expect", "--json", "--junit"}, {}), command);
     if (sub == "verify") return verify(Args(rest, {"--budget", "--junit", "--json"}, {"--verbose"}), command);
     if (sub == "generate")
-      return generate(Args(rest, {"--out", "--cases", "--first", "--seed", "--suite", "--max-K", "--max-V", "--max-tokens", "--max-sequences",
+      return generate(Args(rest, {"--out", "--cases", "--first", "--seed", "--suite", "--max-K", "--max-V", "--K-multiple", "--max-tokens", "--max-sequences",
                                   "--max-work"},
                            {"--intermediate"}),
                       command);

@@ -77,6 +77,8 @@ void check_space(const CaseSpace& space) {
   if (space.max_K < 1 || space.max_V < 1 || space.max_H < 1 || space.max_group < 1 ||
       space.max_sequences < 1 || space.chunk_size < 1 || space.max_tokens < 0)
     throw std::invalid_argument("CaseSpace: every maximum and chunk_size must be >= 1");
+  if (space.K_multiple < 1 || space.K_multiple > space.max_K)
+    throw std::invalid_argument("CaseSpace: K_multiple must be in [1, max_K]");
   if (space.input_dtypes.empty()) throw std::invalid_argument("CaseSpace: input_dtypes is empty");
   if (space.regimes.empty()) throw std::invalid_argument("CaseSpace: regimes is empty");
   if (!(space.max_work >= space.min_work) || !(space.min_work >= 1))
@@ -136,6 +138,11 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
       const double kv = budget / (double(std::max<std::int64_t>(T, 1)) * H * group);
       K = *gen_head_size(std::clamp(static_cast<int>(std::sqrt(kv)), 1, space.max_K));
       V = *gen_head_size(std::clamp(static_cast<int>(kv / K), 1, space.max_V));
+    }
+
+    if (space.K_multiple > 1) {
+      const int m = space.K_multiple;
+      K = std::min((K + m - 1) / m * m, space.max_K / m * m);
     }
 
     Case c;

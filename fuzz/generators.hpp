@@ -41,6 +41,10 @@ struct CaseSpace {
   // multiples of 16 and on their neighbours (15, 17, 63, 65, 127, 129, 255, 256, ...).
   int max_K = 256;
   int max_V = 256;
+  // K is a multiple of this (rounded up, at most the largest multiple <= max_K): for kernels
+  // that take only some head sizes (the chunked prefill: multiples of 16), so that their fuzz
+  // cases are not almost all SKIPPED. 1: any K.
+  int K_multiple = 1;
   int max_H = 3;              // query/key heads
   int max_group = 3;          // value heads per query/key head (GVA), HV = H * group
   int max_sequences = 5;      // N

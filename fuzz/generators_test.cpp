@@ -145,6 +145,27 @@ TEST_CASE("restricted spaces are respected", "[generators]") {
   CHECK_THROWS_AS(fuzz::gen_case(empty), std::invalid_argument);
 }
 
+TEST_CASE("K_multiple: every K is a multiple within max_K, V stays free", "[generators]") {
+  CaseSpace space;  // the chunked prefill's space: K in {16, 32, ..., 128}
+  space.max_K = 128;
+  space.K_multiple = 16;
+  std::set<int> Ks, odd_Vs;
+  for (const Case& c : sample(space, 500, 13)) {
+    CHECK(c.problem.K % 16 == 0);
+    CHECK(c.problem.K >= 16);
+    CHECK(c.problem.K <= 128);
+    Ks.insert(c.problem.K);
+    if (c.problem.V % 2 == 1) odd_Vs.insert(c.problem.V);
+  }
+  CHECK(Ks.count(16) == 1);
+  CHECK(Ks.count(128) == 1);
+  CHECK(odd_Vs.size() > 3);
+  CaseSpace bad;
+  bad.max_K = 8;
+  bad.K_multiple = 16;
+  CHECK_THROWS_AS(fuzz::gen_case(bad), std::invalid_argument);
+}
+
 TEST_CASE("a case prints everything needed to rebuild it", "[generators]") {
   Case c;
   c.problem = Problem::packed({3, 0, 5}, 1, 2, 4, 3);
