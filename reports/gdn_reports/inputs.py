@@ -83,6 +83,7 @@ class Benchmark:
     shape: dict
     counters: dict
     aggregate: str  # "median", "mean", "" (single run)
+    label: str = ""  # Google Benchmark's label (SetLabel): a named shape a peer result may name too
 
 
 @dataclass
@@ -278,7 +279,7 @@ def _load_gbench(obj: dict, source: str, results: Results) -> int:
         results.benchmarks.append(Benchmark(name=str(run_name), source=source,
                                             time_ms=float(entry["real_time"]) * unit,
                                             shape=shape_from(counters, str(run_name)), counters=counters,
-                                            aggregate=aggregate))
+                                            aggregate=aggregate, label=str(entry.get("label", "") or "")))
         count += 1
     return count
 
@@ -286,10 +287,10 @@ def _load_gbench(obj: dict, source: str, results: Results) -> int:
 def gbench_provenance(context: dict) -> dict:
     """device/date/commit/command from the context: the custom context keys device, commit,
     command (--benchmark_context=device=...,commit=...,command=... or AddCustomContext; also
-    accepted with a "gdn." prefix), date as Google Benchmark writes it, the executable when no
-    command was recorded."""
+    accepted with a "gdn." prefix or in capitals, as cuda/bench_common.cpp writes them), date as
+    Google Benchmark writes it, the executable when no command was recorded."""
     def get(key):
-        for candidate in (key, "gdn." + key):
+        for candidate in (key, "gdn." + key, key.upper()):
             if context.get(candidate):
                 return str(context[candidate])
         return None

@@ -55,7 +55,13 @@ def peer_matches(peer, benchmark) -> bool:
     peer gives (N, T, H, HV, K, V, batch, sequences, length, ...) has the same value in the
     benchmark's shape, and its `kind` (decode, prefill), when given, appears in the
     benchmark's name. Tuning arguments only the benchmark has (tile, graph mode) do not
-    matter: every variant is compared with the same peer time."""
+    matter: every variant is compared with the same peer time. Or the benchmark's label is
+    the peer result's name (a named shape)."""
+    # A named shape: the benchmark's label (SetLabel) equals the peer result's name, e.g.
+    # "qwen3next_4x8192" in cuda/chunked_bench.cpp and cuda/peers/fla_chunk.py; the token
+    # count must agree where both give it.
+    if benchmark.label and peer.name == benchmark.label:
+        return "T" not in peer.shape or "T" not in benchmark.shape or peer.shape["T"] == benchmark.shape["T"]
     if not peer.shape or not benchmark.shape:
         return False
     kind = peer.counters.get("kind")
@@ -67,7 +73,8 @@ def peer_matches(peer, benchmark) -> bool:
 def copy_bandwidth(benchmarks, context: dict):
     """(bytes/s, how it was found) of the plain copy measured in the same run: a benchmark
     named *copy* (its bytes_per_second or copy_GBps), else a copy_GBps counter the benchmarks
-    carry, else the context's copy_bytes_per_second."""
+    carry, else the context's copy_bytes_per_second (or copy_GBps_measured, GB/s, as
+    cuda/bench_common.cpp records it)."""
     copies = []
     for b in benchmarks:
         if is_copy(b):
@@ -82,10 +89,11 @@ def copy_bandwidth(benchmarks, context: dict):
                 break
     if copies:
         return max(copies)
-    for key in ("copy_bytes_per_second", "gdn.copy_bytes_per_second"):
+    for key, scale in (("copy_bytes_per_second", 1.0), ("gdn.copy_bytes_per_second", 1.0),
+                       ("copy_GBps_measured", 1e9)):
         if context.get(key):
             try:
-                return float(context[key]), f"context `{key}`"
+                return float(context[key]) * scale, f"context `{key}`"
             except ValueError:
                 pass
     return None, None
@@ -104,8 +112,10 @@ def flop_ceiling(context: dict, device: str | None):
     return None, None
 
 
-def peer_label(p) -> str:
-    return p.name
+def peer_label(p, shape_names=frozenset()) -> str:
+    """The column of a peer result: its name (the peer's function), or the peer itself when the
+    name is a named shape (a benchmark label): one column per function, whatever the shape."""
+    return (p.peer or p.name) if p.name in shape_names else p.name
 
 
 def rows_for(benchmarks, context: dict, device: str | None, peers) -> tuple[list, list, dict]:
@@ -113,7 +123,8 @@ def rows_for(benchmarks, context: dict, device: str | None, peers) -> tuple[list
     copy_bw, copy_source = copy_bandwidth(benchmarks, context)
     ceiling, ceiling_source = flop_ceiling(context, device)
     measured = [b for b in benchmarks if not is_copy(b)]
-    peer_names = sorted({peer_label(p) for p in peers if any(peer_matches(p, b) for b in measured)})
+    shape_names = frozenset(b.label for b in measured if b.label)
+    peer_names = sorted({peer_label(p, shape_names) for p in peers if any(peer_matches(p, b) for b in measured)})
     rows = []
     for b in measured:
         bytes_s = bytes_per_second(b.counters)
@@ -127,7 +138,7 @@ def rows_for(benchmarks, context: dict, device: str | None, peers) -> tuple[list
                "bytes_per_second": bytes_s, "copy_fraction": fraction, "flop_per_second": flops,
                "flop_fraction": flops / ceiling if flops is not None and ceiling else None, "peers": {}}
         for name in peer_names:
-            match = [p for p in peers if peer_label(p) == name and peer_matches(p, b)]
+            match = [p for p in peers if peer_label(p, shape_names) == name and peer_matches(p, b)]
             p = match[0] if match else None
             row["peers"][name] = (p.time_ms, p.time_ms / b.time_ms) if p else (None, None)
         rows.append(row)

@@ -284,6 +284,44 @@ def main() -> int:
             check(first == accuracy.read_text() + speed.read_text(), "regenerating changed the reports")
             check(not list(out.rglob(".*.tmp.*")), "temporary files left behind")
 
+        # The project's own benchmark formats (cuda/bench_common.cpp, cuda/chunked_bench.cpp,
+        # cuda/peers/fla_chunk.py): COMMIT/DEVICE context keys in capitals, copy bandwidth in
+        # the context (copy_GBps_measured), shapes named by the benchmark label and the peer
+        # result's name, and merged fuzz results (gdn-fuzz-merged/1).
+        named = Path(temporary) / "named"
+        named.mkdir()
+        (named / "prefill.json").write_text(json.dumps({
+            "context": {"date": "2025-01-01T00:00:00+00:00", "COMMIT": "abc1234", "DEVICE": "NVIDIA H200",
+                        "COMMAND": "bench", "copy_GBps_measured": "4000"},
+            "benchmarks": [{"name": "BM_chunked/shape:0", "run_name": "BM_chunked/shape:0", "run_type": "iteration",
+                            "repetitions": 1, "real_time": 2.0, "time_unit": "ms", "label": "big_4x8192",
+                            "T": 32768, "GBps": 400.0},
+                           {"name": "BM_chunked/shape:1", "run_name": "BM_chunked/shape:1", "run_type": "iteration",
+                            "repetitions": 1, "real_time": 1.0, "time_unit": "ms", "label": "small_1x64", "T": 64}]}))
+        (named / "peer.json").write_text(json.dumps({
+            "peer": "flash-linear-attention chunk_gated_delta_rule", "fla_version": "0.6.0", "commit": "abc1234",
+            "results": [{"name": "big_4x8192", "T": 32768, "H": 16, "HV": 32, "ms": 1.5},
+                        {"name": "small_1x64", "T": 128, "ms": 0.5}]}))
+        (named / "merged.json").write_text(json.dumps({
+            "format": "gdn-fuzz-merged/1", "cases": 10, "wall_seconds": 3.0, "device": "NVIDIA H200",
+            "commit": "abc1234", "tallies": {"k": {"pass": 9, "fail": 1, "error": 0, "skipped": 0}}, "failures": []}))
+        run = subprocess.run(generator + ["--results", str(named), "--out", str(Path(temporary) / "o3")],
+                             capture_output=True, text=True)
+        check(run.returncode == 0, f"named-shape inputs: make_reports failed ({run.returncode}): {run.stderr}")
+        if run.returncode == 0:
+            text = (Path(temporary) / "o3" / "speed.md").read_text()
+            tables = parse_tables(text)
+            rows = {r["benchmark"]: r for r in tables.get("prefill.json", [])}
+            column = "flash-linear-attention chunk_gated_delta_rule (ms)"
+            big, small = rows.get("BM_chunked/shape:0", {}), rows.get("BM_chunked/shape:1", {})
+            check(big.get(column) == "1.50e+00" and big.get("speed-up vs flash-linear-attention chunk_gated_delta_rule") == "0.75",
+                  f"named shape: peer time and ratio of the 4x8192 row: {big}")
+            check(small.get(column) == "n/a", f"named shape with a different T must not match: {small}")
+            check(big.get("of copy BW") == "10.0%", f"copy bandwidth from the context: {big.get('of copy BW')}")
+            check("abc1234" in text and "NVIDIA H200" in text, "COMMIT/DEVICE context keys in the inputs table")
+            fuzz = parse_tables((Path(temporary) / "o3" / "accuracy.md").read_text()).get("Fuzz campaigns", [])
+            check(len(fuzz) == 1 and fuzz[0].get("fail") == "1", f"merged fuzz results in the accuracy report: {fuzz}")
+
         # A file that breaks its schema is an error naming the file, not a silent gap.
         broken = Path(temporary) / "broken"
         shutil.copytree(FIXTURES, broken)
