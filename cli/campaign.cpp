@@ -18,9 +18,6 @@
 #include "oracle/case_file.hpp"
 
 #include "gdn_revision.hpp"  // GDN_GIT_REVISION, written at build time (cli/revision.cmake)
-#ifndef GDN_GIT_REVISION
-#define GDN_GIT_REVISION "unknown"
-#endif
 
 namespace gdn::cli {
 

@@ -33,8 +33,8 @@
 //   * states (hT, intermediate): sqrt(E_kv), shared sqrt(R) |S_kv|;
 //   * o_t[v] = q^_t . S_t[:, v]: u sqrt(K) |(q^_k S_kv)_k|_2 (its own dot product)
 //     + sqrt(sum_k q^_k^2 E_kv) (the state's errors read through q^); shared sqrt(R) |o|.
-// These are one-standard-deviation estimates; oracle/budget.cpp scales them by `arith` (default 4) and by the statistics of
-// the check (BUDGETS.md).
+// These are one-standard-deviation estimates; oracle/budget.cpp scales them by `arith`
+// (default 4) and by the statistics of the check (BUDGETS.md).
 #include "core/problem.hpp"
 
 namespace gdn::oracle {

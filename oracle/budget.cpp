@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -312,36 +312,35 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
             // elements; the decays' shared error counts (token, head) pairs for o, (sequence,
             // head) pairs for hT (BUDGETS.md).
             struct Part {
-              double rms = 0, largest = 0;
+              double rms = 0, largest = 0;  // over all elements
+              std::int64_t nonzero = 0;
             };
-            auto part = [](const HostTensor<double>& f, double draws) {
-              double sum_squares = 0, largest = 0;
+            auto summarize = [](const HostTensor<double>& f) {
+              Part p;
+              double sum_squares = 0;
               for (std::int64_t i = 0; i < f.numel(); ++i) {
                 sum_squares += f.data()[i] * f.data()[i];
-                largest = std::max(largest, f.data()[i]);
+                p.largest = std::max(p.largest, f.data()[i]);
+                p.nonzero += f.data()[i] > 0;
               }
-              const double n = std::max(draws, 1.0);
-              Part p;
-              p.rms = std::sqrt(sum_squares / double(std::max<std::int64_t>(f.numel(), 1))) / std::sqrt(n);
-              p.largest = largest / std::sqrt(1 + 2 * std::log(n));
+              p.rms = std::sqrt(sum_squares / double(std::max<std::int64_t>(f.numel(), 1)));
               return p;
             };
-            const HostTensor<double>& independent = tensor_of(a->independent, tensor);
-            std::int64_t elements = 0;
-            for (std::int64_t i = 0; i < independent.numel(); ++i) elements += independent.data()[i] > 0;
-            const Part own = part(independent, double(elements));
-            const Part gates = part(tensor_of(a->shared, tensor),
-                                    double(tensor == OutputTensor::hT ? a->shared_groups : a->shared_tokens));
-            const double floor_rms = options.arithmetic_units * (own.rms + gates.rms);
-            const double largest = options.arithmetic_units * (own.largest + gates.largest);
+            const Part own = summarize(tensor_of(a->independent, tensor));
+            const Part gates = summarize(tensor_of(a->shared, tensor));
+            const std::int64_t decay_draws = tensor == OutputTensor::hT ? a->shared_groups : a->shared_tokens;
+            const double n_own = double(std::max<std::int64_t>(own.nonzero, 1));
+            const double n_gates = double(std::max<std::int64_t>(decay_draws, 1));
+            const double floor_rms =
+                options.arithmetic_units * (own.rms / std::sqrt(n_own) + gates.rms / std::sqrt(n_gates));
+            const double largest = options.arithmetic_units * (own.largest / std::sqrt(1 + 2 * std::log(n_own)) +
+                                                               gates.largest / std::sqrt(1 + 2 * std::log(n_gates)));
             // rel_rms is relative to rms(ref): the floor's rms over it (inf when ref is all 0
             // and the floor is not: then only the absolute checks can say anything).
             const double floor_rel = floor_rms == 0 ? 0.0 : (m.rms_ref == 0 ? INFINITY : floor_rms / m.rms_ref);
             const std::string why = " (arithmetic floor: " + compact(options.arithmetic_units) +
-                                    " x modelled fp32 rounding error over " + std::to_string(elements) +
-                                    " elements and " +
-                                    std::to_string(tensor == OutputTensor::hT ? a->shared_groups : a->shared_tokens) +
-                                    " decay draws";
+                                    " x modelled fp32 rounding error over " + std::to_string(own.nonzero) +
+                                    " elements and " + std::to_string(decay_draws) + " decay draws";
             if (!rel.pass)
               rel = make_check(tensor, "rel_rms", m.rel_rms, rel.budget + floor_rel,
                                rel.basis + " + " + sci(floor_rel) + why + ", rms / sqrt(n))");
