@@ -165,7 +165,8 @@ __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], 
 // and (row g + 8, same cols), g = lane / 4, t = lane % 4) += A B over KSTEPS * 16 of k, for the
 // warp's output origin (row0, col0). A(m, k) = A[m * lda + k], or A[k * lda + m] when A_TRANS;
 // B(k, n) = B[n * ldb + k], or B[k * ldb + n] when B_KN. The k order is fixed: 16-wide steps
-// in increasing k (fp32: single k in increasing order), whatever MT, NT and the origin are.
+// in increasing k (fp32: single k in increasing order within each step, into a partial added
+// to acc per step), whatever MT, NT and the origin are.
 template <int MT, int NT, int KSTEPS, bool A_TRANS, bool B_KN, class E>
 __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const E* A, int lda, const E* B, int ldb,
                                           int row0, int col0, int lane) {
@@ -216,31 +217,49 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const E* A, i
         for (int nt = 0; nt < NT; ++nt) mma(acc[mt][nt], af[mt], bf[nt], E{});
     }
   } else {
+    // fp32: each 16-wide step is summed in increasing k into a fresh partial that is then added
+    // to the accumulator, the same blocking as the tensor-core path. A plain sequential sum over
+    // K = 128 terms gave a one-token fp32 case twice the rounding error of the (blocked) float
+    // emulation in the H200 campaign; blocking bounds the error growth by 16 + K / 16 terms.
     const int g = lane >> 2, t = lane & 3;
+#pragma unroll 1
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      float part[MT][NT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) part[mt][nt][0] = part[mt][nt][1] = part[mt][nt][2] = part[mt][nt][3] = 0.f;
 #pragma unroll 4
-    for (int k = 0; k < KSTEPS * 16; ++k) {
-      float a[MT][2], b[NT][2];
+      for (int k = ks * 16; k < ks * 16 + 16; ++k) {
+        float a[MT][2], b[NT][2];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int m = row0 + mt * 16 + g;
-        a[mt][0] = A_TRANS ? A[k * lda + m] : A[m * lda + k];
-        a[mt][1] = A_TRANS ? A[k * lda + m + 8] : A[(m + 8) * lda + k];
-      }
+        for (int mt = 0; mt < MT; ++mt) {
+          const int m = row0 + mt * 16 + g;
+          a[mt][0] = A_TRANS ? A[k * lda + m] : A[m * lda + k];
+          a[mt][1] = A_TRANS ? A[k * lda + m + 8] : A[(m + 8) * lda + k];
+        }
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int n = col0 + nt * 8 + 2 * t;
-        b[nt][0] = B_KN ? B[k * ldb + n] : B[n * ldb + k];
-        b[nt][1] = B_KN ? B[k * ldb + n + 1] : B[(n + 1) * ldb + k];
+        for (int nt = 0; nt < NT; ++nt) {
+          const int n = col0 + nt * 8 + 2 * t;
+          b[nt][0] = B_KN ? B[k * ldb + n] : B[n * ldb + k];
+          b[nt][1] = B_KN ? B[k * ldb + n + 1] : B[(n + 1) * ldb + k];
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            part[mt][nt][0] = fmaf(a[mt][0], b[nt][0], part[mt][nt][0]);
+            part[mt][nt][1] = fmaf(a[mt][0], b[nt][1], part[mt][nt][1]);
+            part[mt][nt][2] = fmaf(a[mt][1], b[nt][0], part[mt][nt][2]);
+            part[mt][nt][3] = fmaf(a[mt][1], b[nt][1], part[mt][nt][3]);
+          }
       }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          acc[mt][nt][0] = fmaf(a[mt][0], b[nt][0], acc[mt][nt][0]);
-          acc[mt][nt][1] = fmaf(a[mt][0], b[nt][1], acc[mt][nt][1]);
-          acc[mt][nt][2] = fmaf(a[mt][1], b[nt][0], acc[mt][nt][2]);
-          acc[mt][nt][3] = fmaf(a[mt][1], b[nt][1], acc[mt][nt][3]);
-        }
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] += part[mt][nt][e];
     }
   }
 }

@@ -3,9 +3,9 @@
 # Binaries come prebuilt and xz-packed in .carry-chunk/chunked.tar.xz (cuda_chunked_gpu_tests,
 # cuda_chunked_bench, cuda_chunked_accuracy, libbenchmark.so.1debian): see cuda/pack_chunked.sh.
 # Phases (GDN_PHASES, default "TSBPA"), each under its own timeout so the whole call ends in
-# about 290 s:
+# about 330 s:
 #   T  GPU suite (GDN_CASES random cases) -> conformance_chunked.json, tests.log
-#   S  compute-sanitizer memcheck and racecheck on the small trace test -> sanitize.log
+#   S  compute-sanitizer memcheck, racecheck and initcheck on the small trace test -> sanitize.log
 #   W  (background, during T and S) fla compiles and autotunes its kernels
 #   B  Google Benchmark of the chunked kernel (alone on the GPU) -> prefill.json
 #   P  fla chunk_gated_delta_rule on the same shapes (alone on the GPU) -> fla_chunk.json
@@ -50,7 +50,7 @@ fi
 
 if [[ $PHASES == *S* ]]; then
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck initcheck; do
     log "S: $tool"
     GDN_CASES=2 timeout ${GDN_SAN_TIMEOUT:-35} "$CS" --tool $tool --error-exitcode 9 $B/cuda_chunked_gpu_tests \
       -r compact "[trace]" > /tmp/san_$tool.log 2>&1

@@ -12,7 +12,8 @@
 #   GDN_COMMIT=<sha> bash reports/campaign/h200_campaign.sh .carry/gdn-testbed .whl
 #
 # Environment: FUZZ_SECONDS (300), FUZZ_SHARDS (6), CAMPAIGN_SECONDS (420, fla), SEED (1),
-# CONFORMANCE_SECONDS (240), FLA (1; 0 runs only the kernels' fuzz and the conformance).
+# CONFORMANCE_SECONDS (240), FLA (1; 0 runs only the kernels' fuzz and the conformance),
+# CHUNK_SHARDS (2: extra shards of the chunked prefill alone, K a multiple of 16).
 set -u -o pipefail
 BIN=$(realpath "$1")
 WHEELS=$2
@@ -35,7 +36,16 @@ for ((i = 0; i < FUZZ_SHARDS; i++)); do
     --shard "$i/$FUZZ_SHARDS" --max-K 256 --max-V 256 --max-work 4e6 --max-failures 4 --quiet \
     --out "$WORKDIR/fuzz" > "$WORKDIR/fuzz/shard_$i.log" 2>&1 &
 done
-note "fuzz: $FUZZ_SHARDS shards of $KERNELS for ${FUZZ_SECONDS}s started"
+# The chunked prefill takes K in multiples of 16 up to 128: in the shards above 99.5% of its
+# cases are SKIPPED. CHUNK_SHARDS more shards draw only from its case space (own seed).
+CHUNK_SHARDS=${CHUNK_SHARDS:-2}
+mkdir -p "$WORKDIR/fuzz_chunk"
+for ((i = 0; i < CHUNK_SHARDS; i++)); do
+  timeout $((FUZZ_SECONDS + 120)) "$BIN" fuzz --impl cuda.chunked_prefill --seed $((SEED + 1000)) \
+    --seconds "$FUZZ_SECONDS" --shard "$i/$CHUNK_SHARDS" --max-K 128 --K-multiple 16 --max-V 256 --max-work 4e6 \
+    --max-failures 4 --quiet --out "$WORKDIR/fuzz_chunk" > "$WORKDIR/fuzz_chunk/shard_$i.log" 2>&1 &
+done
+note "fuzz: $FUZZ_SHARDS shards of $KERNELS and $CHUNK_SHARDS of cuda.chunked_prefill (K % 16 == 0) for ${FUZZ_SECONDS}s started"
 
 if [ "${FLA:-1}" != 0 ]; then
   OUT=$WORKDIR/fla timeout $((${CAMPAIGN_SECONDS:-420} + 60)) bash "$HERE/fla_h200.sh" "$BIN" "$WHEELS" \
@@ -50,8 +60,16 @@ note "fuzz shards done"
 "$BIN" merge --out "$WORKDIR/fuzz/merged.json" "$WORKDIR"/fuzz/results-shard-*-of-"$FUZZ_SHARDS".json \
   > "$WORKDIR/fuzz/merge.log" 2>&1
 note "fuzz merged (rc $?): $(head -c 600 "$WORKDIR/fuzz/merge.log" | tr '\n' ' ')"
+# A separate campaign (own seed and shard count): merged on its own.
+if ((CHUNK_SHARDS > 0)); then
+  "$BIN" merge --out "$WORKDIR/fuzz_chunk/merged.json" "$WORKDIR"/fuzz_chunk/results-shard-*-of-"$CHUNK_SHARDS".json \
+    > "$WORKDIR/fuzz_chunk/merge.log" 2>&1
+  note "chunked fuzz merged (rc $?): $(head -c 600 "$WORKDIR/fuzz_chunk/merge.log" | tr '\n' ' ')"
+fi
 # Provenance for the reports: the merge step knows the shards, not where they ran.
-python3 - "$WORKDIR/fuzz/merged.json" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+for merged in "$WORKDIR/fuzz/merged.json" "$WORKDIR/fuzz_chunk/merged.json"; do
+[ -f "$merged" ] || continue
+python3 - "$merged" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
   "${GDN_COMMIT:-unknown}" "bash reports/campaign/h200_campaign.sh (FUZZ_SECONDS=$FUZZ_SECONDS FUZZ_SHARDS=$FUZZ_SHARDS SEED=$SEED)" <<'EOF'
 import datetime, json, os, sys
 path, device, commit, command = sys.argv[1:]
@@ -61,6 +79,7 @@ data.update(device=device, commit=commit, command=command,
 json.dump(data, open(path + ".tmp", "w"), indent=1)
 os.replace(path + ".tmp", path)
 EOF
+done
 
 timeout "${CONFORMANCE_SECONDS:-240}" "$BIN" conformance --json "$WORKDIR/conformance_all.json" --junit "$WORKDIR/conformance_all.xml" \
   > "$WORKDIR/conformance_all.log" 2>&1
