@@ -139,19 +139,28 @@ __device__ __forceinline__ Raw4<T> load_raw(const T* p, int valid, bool vector_o
   return r;
 }
 
-// One unconditional vector load from an address that is always valid (the caller clamps it),
-// zeroed by a select when the run lies outside the tensor: no branch.
-__device__ __forceinline__ Raw4<float> load_raw_masked(const float* p, bool valid) {
+// One unconditional vector load from an address that is always valid (the caller clamps it);
+// a run outside the tensor is zeroed by masked() where it is used, not here (see load_gate_bits).
+__device__ __forceinline__ Raw4<float> load_raw_plain(const float* p) {
   Raw4<float> r;
-  const float4 x = *reinterpret_cast<const float4*>(p);
-  r.x = valid ? x : make_float4(0.f, 0.f, 0.f, 0.f);
+  r.x = *reinterpret_cast<const float4*>(p);
   return r;
 }
 template <class T>
-__device__ __forceinline__ Raw4<T> load_raw_masked(const T* p, bool valid) {
+__device__ __forceinline__ Raw4<T> load_raw_plain(const T* p) {
   Raw4<T> r;
-  const uint2 x = *reinterpret_cast<const uint2*>(p);
-  r.bits = valid ? x : make_uint2(0u, 0u);
+  r.bits = *reinterpret_cast<const uint2*>(p);
+  return r;
+}
+__device__ __forceinline__ Raw4<float> masked(const Raw4<float>& x, bool valid) {
+  Raw4<float> r;
+  r.x = valid ? x.x : make_float4(0.f, 0.f, 0.f, 0.f);
+  return r;
+}
+template <class T>
+__device__ __forceinline__ Raw4<T> masked(const Raw4<T>& x, bool valid) {
+  Raw4<T> r;
+  r.bits = valid ? x.bits : make_uint2(0u, 0u);
   return r;
 }
 
@@ -177,24 +186,30 @@ __device__ __forceinline__ void store_run(T* p, int valid, bool vector_ok, const
 }
 
 // Branch-free (selects and predicated loads): a switch here put each gate load in its own
-// basic block, and ptxas waits for a load at the join.
-__device__ __forceinline__ float load_gate(const void* p, int type, std::int64_t i) {
+// basic block, and ptxas waits for a load at the join. The load and the conversion are
+// separate: a prefetched token keeps its raw bits, converted only where step() uses them (a
+// conversion next to the load makes the warp wait for the load there, which defeated the
+// prefetch: ncu on the H200 put ~40% of all stall samples on such instructions).
+__device__ __forceinline__ unsigned load_gate_bits(const void* p, int type, std::int64_t i) {
   const bool wide = type == int(ElementType::f32);
-  const unsigned bits = wide ? static_cast<const unsigned*>(p)[i]
-                             : static_cast<unsigned>(static_cast<const unsigned short*>(p)[i]);
+  return wide ? static_cast<const unsigned*>(p)[i] : static_cast<unsigned>(static_cast<const unsigned short*>(p)[i]);
+}
+__device__ __forceinline__ float gate_value(unsigned bits, int type) {
+  const bool wide = type == int(ElementType::f32);
   const float bf16_value = __uint_as_float(bits << 16);
   const float f16_value = __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
   return wide ? __uint_as_float(bits) : (type == int(ElementType::bf16) ? bf16_value : f16_value);
 }
 
-// One token's inputs as the thread needs them: k, q and v raw, the gates resolved to fp32.
+// One token's inputs as loaded: k, q and v in their storage type, the two gate inputs (g and
+// beta, or a and b with fused gates) as raw bits. Nothing here is used before step().
 template <class In, int RPL>
 struct Token {
   Raw4<In> k[RPL / 4];
   Raw4<In> q[RPL / 4];
   Raw4<In> v;
-  float g;
-  float beta;
+  unsigned gate0;
+  unsigned gate1;
 };
 
 // ALIGNED: K % 4 == 0 and V % 4 == 0, so every run of 4 is either wholly inside the tensor or
@@ -327,12 +342,11 @@ struct Tile {
     if constexpr (ALIGNED) {
 #pragma unroll
       for (int m = 0; m < CHUNKS; ++m) {
-        const int k0 = k_of(m);
-        const bool valid = k0 < K;
-        x.k[m] = load_raw_masked(valid ? kp + k0 : kp, valid);
-        x.q[m] = load_raw_masked(valid ? qp + k0 : qp, valid);
+        const int k0 = k_of(m) < K ? k_of(m) : 0;  // clamped; masked in step()
+        x.k[m] = load_raw_plain(kp + k0);
+        x.q[m] = load_raw_plain(qp + k0);
       }
-      x.v = load_raw_masked(v0 < V ? vp + v0 : vp, v0 < V);
+      x.v = load_raw_plain(vp + (v0 < V ? v0 : 0));
     } else {
 #pragma unroll
       for (int m = 0; m < CHUNKS; ++m) {
@@ -344,18 +358,34 @@ struct Tile {
       x.v = load_raw(vp + v0, v0 < V ? V - v0 : 0, p.vector_v);
     }
     const std::int64_t gi = t * p.HV + j;
+    x.gate0 = load_gate_bits(p.fused_gates ? p.a : p.g, p.gate_type, gi);
+    x.gate1 = load_gate_bits(p.fused_gates ? p.b : p.beta, p.gate_type, gi);
+  }
+
+  // The token's g and beta from its raw gate inputs.
+  __device__ __forceinline__ void gates(const Token<In, RPL>& x, float& g, float& beta) const {
     if (!p.fused_gates) {
-      x.g = load_gate(p.g, p.gate_type, gi);
-      x.beta = load_gate(p.beta, p.gate_type, gi);
+      g = gate_value(x.gate0, p.gate_type);
+      beta = gate_value(x.gate1, p.gate_type);
     } else {
       // §3 in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (x2: negative
       // eigenvalues). softplus(x) = x for x > 20, as the reference does.
-      const float a = load_gate(p.a, p.gate_type, gi) + p.dt_bias[j];
+      const float a = gate_value(x.gate0, p.gate_type) + p.dt_bias[j];
       const float softplus = a > 20.f ? a : log1pf(expf(a));
-      x.g = -expf(p.A_log[j]) * softplus;
-      const float sig = 1.f / (1.f + expf(-load_gate(p.b, p.gate_type, gi)));
-      x.beta = p.negative_eigenvalues ? 2.f * sig : sig;
+      g = -expf(p.A_log[j]) * softplus;
+      const float sig = 1.f / (1.f + expf(-gate_value(x.gate1, p.gate_type)));
+      beta = p.negative_eigenvalues ? 2.f * sig : sig;
     }
+  }
+
+  // k and q of chunk m as step() uses them: zero where the chunk lies beyond K.
+  __device__ __forceinline__ Raw4<In> k_at(const Token<In, RPL>& x, int m) const {
+    if constexpr (ALIGNED) return masked(x.k[m], k_of(m) < p.K);
+    else return x.k[m];
+  }
+  __device__ __forceinline__ Raw4<In> q_at(const Token<In, RPL>& x, int m) const {
+    if constexpr (ALIGNED) return masked(x.q[m], k_of(m) < p.K);
+    else return x.q[m];
   }
 
   // One step of §2 on the registers; writes this token's o columns.
@@ -365,8 +395,8 @@ struct Tile {
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       float k[4], q[4];
-      x.k[m].unpack(k);
-      x.q[m].unpack(q);
+      k_at(x, m).unpack(k);
+      q_at(x, m).unpack(q);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 4 * m + e;
@@ -396,20 +426,23 @@ struct Tile {
       ik = 1.f / sqrtf(sk + 1e-6f);
       iq = 1.f / sqrtf(sq + 1e-6f);
     }
-    const float alpha = expf(x.g);
+    float g, beta;
+    gates(x, g, beta);
+    const float alpha = expf(g);
     const float qs = p.scale * iq;
     const float kqs = kq * ik * qs;
     float v[4], u[4];
-    x.v.unpack(v);
+    if constexpr (ALIGNED) masked(x.v, v0 < p.V).unpack(v);
+    else x.v.unpack(v);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      u[c] = x.beta * (v[c] - alpha * (p1[c] * ik));
+      u[c] = beta * (v[c] - alpha * (p1[c] * ik));
       o[c] = alpha * (p2[c] * qs) + kqs * u[c];
     }
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       float k[4];
-      x.k[m].unpack(k);
+      k_at(x, m).unpack(k);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float kn = k[e] * ik;

@@ -4,7 +4,7 @@
 #      memcheck / racecheck / initcheck on a small case count, side by side;
 #   B: Google Benchmark decode and recurrent prefill (alone on the GPU);
 #   C: the flash-linear-attention peer (fla-core wheel from .whl/).
-# Binaries come prebuilt in .carry/ (cuda_gpu_tests, cuda_bench_decode, cuda_bench_recurrent,
+# Binaries come prebuilt in .carry/ or packed in .carry-rec/rec.tar.xz (cuda_gpu_tests, cuda_bench_decode, cuda_bench_recurrent,
 # libbenchmark.so.1debian beside them). Everything lands in $OUT: conformance.json, decode.json,
 # recurrent.json, fla_recurrent.json, run.log, sanitize.log.
 # Environment: GDN_COMMIT (what was built), GDN_CASES (default 1000), GDN_SANITIZE_CASES (6),
@@ -13,6 +13,8 @@ set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 BIN=.carry
+# xz-packed binaries (cuda/pack_recurrent.sh), unpacked into .carry/ when present.
+if [ -f .carry-rec/rec.tar.xz ]; then mkdir -p "$BIN" && tar -C "$BIN" -xJf .carry-rec/rec.tar.xz; fi
 CASES=${GDN_CASES:-1000}
 SAN_CASES=${GDN_SANITIZE_CASES:-6}
 PHASES=${GDN_PHASES:-ABC}
