@@ -88,9 +88,11 @@ struct DeviceTensors {
   float* intermediate = nullptr;  // [T, HV, K, V] (or V-major): store_intermediate_states
 };
 
-// Tuning override. The default picks the tile from K alone (never from N, T or the batch), so a
-// sequence's bits do not depend on its neighbours and decode equals prefill bit for bit. Setting
-// it changes the reduction order (other bits, same function): benchmarks only.
+// Tuning override. The default picks the tile from K and the entry point alone (never from N, T
+// or the batch: a sequence's bits do not depend on its neighbours): default_column_lanes().
+// Prefill and decode launched with the same column_lanes give the same bits; their defaults
+// differ (prefill 2, decode 4 at K <= 128), so by default they agree within the budget, not bit
+// for bit. Setting it changes the reduction order (other bits, same function).
 struct LaunchOptions {
   int column_lanes = 0;  // 0: default; else 2, 4 or 8 lanes across a V tile of 4 * lanes
   // decode only: run the general kernel even where the streamed decode kernel applies (for
@@ -110,9 +112,13 @@ void recurrent_prefill(const Problem& problem, const DeviceTensors& tensors, cud
 // device data only. Where decode_uses_stream_kernel() says so, it runs the streamed decode
 // kernel (a persistent grid streaming whole states through shared memory with bulk async
 // copies, several per SM in flight); elsewhere the prefill's kernel without cu_seqlens. Both
-// run the same per-tile arithmetic in the same order: the same bits as the prefill.
+// run the same per-tile arithmetic in the same order: the same bits as the prefill launched
+// with the same column_lanes.
 void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
             const LaunchOptions& options = {});
+
+// The tile (column lanes) that column_lanes = 0 picks for prefill (decode = false) or decode.
+int default_column_lanes(const Problem& problem, bool decode);
 
 // Whether decode(problem, ..., options) runs the streamed kernel: not forced off by
 // options.general_decode, the state is K * V * 4 <= 64 KiB with K * V a multiple of 4 (one

@@ -15,7 +15,7 @@
 // consumer warps, one per V tile, copy their slice of the staged state into registers, release
 // the buffer at once (so the next load starts while they compute), run the general kernel's own
 // Tile code on it (same lane mapping, same reduction order: the same bits as the general
-// kernel, so decode == prefill bitwise still holds), and write the updated state back to the
+// kernel, so decode == prefill bitwise at the same tile still holds), and write the updated state back to the
 // slot with plain vector stores straight from registers (posted writes: nothing to wait for).
 // The first token of the block's next item is prefetched into registers during the current
 // one. No atomics, no inter-block communication: deterministic and batch invariant.
@@ -79,7 +79,7 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
 template <class In, int COL_LANES, int RPL, bool ALIGNED>
 __global__ void __launch_bounds__(kStreamMaxThreads, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
-  using TileT = Tile<In, COL_LANES, RPL, ALIGNED>;
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/true>;
   static_assert(RPL <= 16, "32 rows per lane spill here (see launch_stream_for_type)");
   extern __shared__ __align__(128) unsigned char smem[];
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem);

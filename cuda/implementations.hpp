@@ -35,8 +35,8 @@ class KernelAdapter : public Implementation {
 // Distinct types so that test templates can be instantiated per kernel.
 class RecurrentPrefillKernel : public KernelAdapter {
  public:
-  explicit RecurrentPrefillKernel(IndexType cu_seqlens_type = IndexType::i32)
-      : KernelAdapter(Entry::recurrent_prefill, cu_seqlens_type) {}
+  explicit RecurrentPrefillKernel(IndexType cu_seqlens_type = IndexType::i32, LaunchOptions options = {})
+      : KernelAdapter(Entry::recurrent_prefill, cu_seqlens_type, options) {}
 };
 
 class DecodeKernel : public KernelAdapter {

@@ -140,9 +140,14 @@ void validate_common(const Problem& p, const DeviceTensors& t, bool decode) {
   }
 }
 
-// The default tile depends on K alone (batch invariance, decode == prefill bitwise).
-int column_lanes_for(const Problem& p, const LaunchOptions& options) {
-  if (options.column_lanes == 0) return p.K <= 128 ? 4 : 2;
+// The default tile depends on K and the entry point alone, never on the batch (batch
+// invariance). Prefill: 2 column lanes (V tiles of 8 columns, 16 row lanes), whose kernel runs
+// at 16 warps per SM (RPL <= 8 at K <= 128): the fastest tile on every shape of the H200 run
+// but the most parallel one (64 x 256 tokens), where 8 lanes win; with 4 blocks per SM it is
+// expected to win there too (see reports/results/h200/CUDA_RECURRENT.md). Decode: 4 lanes at
+// K <= 128 (the streamed kernel holds a state in at most 8 V tiles; 2 lanes would need 16), else 2.
+int column_lanes_for(const Problem& p, const LaunchOptions& options, bool decode) {
+  if (options.column_lanes == 0) return default_column_lanes(p, decode);
   if (options.column_lanes != 2 && options.column_lanes != 4 && options.column_lanes != 8)
     fail("column_lanes", "must be 0 (default), 2, 4 or 8, got " + str(options.column_lanes));
   return options.column_lanes;
@@ -208,7 +213,7 @@ void check_device_pointers(const Problem& p, const DeviceTensors& t, bool decode
 void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const LaunchOptions& options,
             bool decode) {
   validate_common(p, t, decode);
-  const int column_lanes = column_lanes_for(p, options);
+  const int column_lanes = column_lanes_for(p, options, decode);
   const int rows_per_lane = rows_per_lane_for(p, column_lanes);
   if (column_lanes == 8 && rows_per_lane > 32)
     fail("column_lanes", "8 column lanes support K <= 128, got K = " + str(p.K));
@@ -304,7 +309,7 @@ bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& opti
   if (options.column_lanes != 0 && options.column_lanes != 2 && options.column_lanes != 4 &&
       options.column_lanes != 8)
     return false;
-  return stream_kernel_applies(problem, column_lanes_for(problem, options));
+  return stream_kernel_applies(problem, column_lanes_for(problem, options, /*decode=*/true));
 }
 
 bool device_available(std::string* why) {
@@ -327,6 +332,11 @@ std::int64_t state_traffic_bytes(const Problem& problem) {
   const std::int64_t intermediate =
       problem.store_intermediate_states ? problem.T * per_state : 0;
   return reads + writes + intermediate;
+}
+
+int default_column_lanes(const Problem& problem, bool decode) {
+  if (decode) return problem.K <= 128 ? 4 : 2;
+  return 2;
 }
 
 }  // namespace gdn::cuda

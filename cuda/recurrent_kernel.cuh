@@ -217,7 +217,12 @@ struct Token {
 // clamped address, masked by a select: straight-line code in which all of a thread's loads are
 // in flight together. (With a branch per run, ptxas waits for each load at the join: the loads
 // then go out one latency after another, which cost the first version 60% of its bandwidth.)
-template <class In, int COL_LANES, int RPL, bool ALIGNED>
+// EAGER: load_token resolves the token at once (masks applied, gates converted to fp32 and kept
+// as their bits in gate0/gate1), as the first version did. The streamed decode kernel uses it:
+// at its 168-register cap (9 warps, one block per SM) deferred resolution spills, and its
+// prefetched token is waited for at the stage barrier anyway. The prefill kernel defers (the
+// default), which took 1 x 8192 from 11.9 to 10.0 ms on the H200. Same values either way.
+template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false>
 struct Tile {
   static constexpr int RL = 32 / COL_LANES;  // row lanes
   static constexpr int BV = 4 * COL_LANES;   // columns per warp
@@ -342,11 +347,16 @@ struct Tile {
     if constexpr (ALIGNED) {
 #pragma unroll
       for (int m = 0; m < CHUNKS; ++m) {
-        const int k0 = k_of(m) < K ? k_of(m) : 0;  // clamped; masked in step()
+        const int k0 = k_of(m) < K ? k_of(m) : 0;  // clamped; masked in step() (or here, EAGER)
         x.k[m] = load_raw_plain(kp + k0);
         x.q[m] = load_raw_plain(qp + k0);
+        if constexpr (EAGER) {
+          x.k[m] = masked(x.k[m], k_of(m) < K);
+          x.q[m] = masked(x.q[m], k_of(m) < K);
+        }
       }
       x.v = load_raw_plain(vp + (v0 < V ? v0 : 0));
+      if constexpr (EAGER) x.v = masked(x.v, v0 < V);
     } else {
 #pragma unroll
       for (int m = 0; m < CHUNKS; ++m) {
@@ -360,10 +370,25 @@ struct Tile {
     const std::int64_t gi = t * p.HV + j;
     x.gate0 = load_gate_bits(p.fused_gates ? p.a : p.g, p.gate_type, gi);
     x.gate1 = load_gate_bits(p.fused_gates ? p.b : p.beta, p.gate_type, gi);
+    if constexpr (EAGER) {
+      float g, beta;
+      resolve_gates(x, g, beta);
+      x.gate0 = __float_as_uint(g);
+      x.gate1 = __float_as_uint(beta);
+    }
   }
 
-  // The token's g and beta from its raw gate inputs.
+  // The token's g and beta (already resolved by an EAGER load_token).
   __device__ __forceinline__ void gates(const Token<In, RPL>& x, float& g, float& beta) const {
+    if constexpr (EAGER) {
+      g = __uint_as_float(x.gate0);
+      beta = __uint_as_float(x.gate1);
+    } else {
+      resolve_gates(x, g, beta);
+    }
+  }
+  // g and beta from the raw gate inputs.
+  __device__ __forceinline__ void resolve_gates(const Token<In, RPL>& x, float& g, float& beta) const {
     if (!p.fused_gates) {
       g = gate_value(x.gate0, p.gate_type);
       beta = gate_value(x.gate1, p.gate_type);
@@ -380,22 +405,29 @@ struct Tile {
 
   // k and q of chunk m as step() uses them: zero where the chunk lies beyond K.
   __device__ __forceinline__ Raw4<In> k_at(const Token<In, RPL>& x, int m) const {
-    if constexpr (ALIGNED) return masked(x.k[m], k_of(m) < p.K);
+    if constexpr (ALIGNED && !EAGER) return masked(x.k[m], k_of(m) < p.K);
     else return x.k[m];
   }
   __device__ __forceinline__ Raw4<In> q_at(const Token<In, RPL>& x, int m) const {
-    if constexpr (ALIGNED) return masked(x.q[m], k_of(m) < p.K);
+    if constexpr (ALIGNED && !EAGER) return masked(x.q[m], k_of(m) < p.K);
     else return x.q[m];
   }
 
   // One step of §2 on the registers; writes this token's o columns.
   __device__ __forceinline__ void step(const Token<In, RPL>& x, float s[RPL][4], float o[4]) const {
+    // Gates first, while few registers are live (the fused ones are a dozen instructions).
+    float g, beta;
+    gates(x, g, beta);
+    // The masked k once: both loops below use it (the raw loads are dead after this).
+    Raw4<In> kr[CHUNKS];
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) kr[m] = k_at(x, m);
     float sk = 0.f, sq = 0.f, kq = 0.f;
     float p1[4] = {0.f, 0.f, 0.f, 0.f}, p2[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       float k[4], q[4];
-      k_at(x, m).unpack(k);
+      kr[m].unpack(k);
       q_at(x, m).unpack(q);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -426,13 +458,11 @@ struct Tile {
       ik = 1.f / sqrtf(sk + 1e-6f);
       iq = 1.f / sqrtf(sq + 1e-6f);
     }
-    float g, beta;
-    gates(x, g, beta);
     const float alpha = expf(g);
     const float qs = p.scale * iq;
     const float kqs = kq * ik * qs;
     float v[4], u[4];
-    if constexpr (ALIGNED) masked(x.v, v0 < p.V).unpack(v);
+    if constexpr (ALIGNED && !EAGER) masked(x.v, v0 < p.V).unpack(v);
     else x.v.unpack(v);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -442,7 +472,7 @@ struct Tile {
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       float k[4];
-      k_at(x, m).unpack(k);
+      kr[m].unpack(k);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float kn = k[e] * ik;
@@ -466,7 +496,7 @@ struct Tile {
 };
 
 template <class In, int COL_LANES, int RPL, bool ALIGNED>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, RPL <= 8 ? 4 : 1) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   using TileT = Tile<In, COL_LANES, RPL, ALIGNED>;
   const int lane = threadIdx.x & 31;
   const std::int64_t item = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
