@@ -88,11 +88,11 @@ struct DeviceTensors {
   float* intermediate = nullptr;  // [T, HV, K, V] (or V-major): store_intermediate_states
 };
 
-// Tuning override. The default picks the tile from K and the entry point alone (never from N, T
-// or the batch: a sequence's bits do not depend on its neighbours): default_column_lanes().
-// Prefill and decode launched with the same column_lanes give the same bits; their defaults
-// differ (prefill 2, decode 4 at K <= 128), so by default they agree within the budget, not bit
-// for bit. Setting it changes the reduction order (other bits, same function).
+// Tuning override. The default picks the tile from K alone (never from N, T or the batch: a
+// sequence's bits do not depend on its neighbours): default_column_lanes(), the same for prefill
+// and decode. Prefill and decode launched with the same column_lanes give the same bits (so by
+// default decode equals prefill bit for bit). Setting it changes the reduction order (other
+// bits, same function).
 struct LaunchOptions {
   int column_lanes = 0;  // 0: default; else 2, 4 or 8 lanes across a V tile of 4 * lanes
   // decode only: run the general kernel even where the streamed decode kernel applies (for
@@ -117,7 +117,9 @@ void recurrent_prefill(const Problem& problem, const DeviceTensors& tensors, cud
 void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
             const LaunchOptions& options = {});
 
-// The tile (column lanes) that column_lanes = 0 picks for prefill (decode = false) or decode.
+// The tile (column lanes) that column_lanes = 0 picks for prefill (decode = false) or decode:
+// today the same for both (4 at K <= 128, else 2); the entry point is an argument so that they
+// may differ one day without changing callers (the decode == prefill test uses it).
 int default_column_lanes(const Problem& problem, bool decode);
 
 // Whether decode(problem, ..., options) runs the streamed kernel: not forced off by

@@ -160,9 +160,8 @@ TEMPLATE_TEST_CASE("isolation: a NaN in one sequence never reaches another", "[g
   CHECK(failures == 0);
 }
 
-// Prefill and decode have different default tiles (default_column_lanes): the prefill runs with
-// the decode's tile here, so the same per-tile arithmetic must give the same bits. (With their
-// defaults both are judged against the reference by the conformance cases.)
+// The prefill runs with the decode's default tile (default_column_lanes; today both defaults are
+// the same), so the same per-tile arithmetic must give the same bits.
 TEST_CASE("decode over T steps equals the prefill over the same T tokens, bit for bit", "[gpu]") {
   DecodeKernel decode;
   std::mt19937_64 rng(seed_for("cuda.decode", "decode_equals_prefill"));

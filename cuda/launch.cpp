@@ -140,12 +140,12 @@ void validate_common(const Problem& p, const DeviceTensors& t, bool decode) {
   }
 }
 
-// The default tile depends on K and the entry point alone, never on the batch (batch
-// invariance). Prefill: 2 column lanes (V tiles of 8 columns, 16 row lanes), whose kernel runs
-// at 16 warps per SM (RPL <= 8 at K <= 128): the fastest tile on every shape of the H200 run
-// but the most parallel one (64 x 256 tokens), where 8 lanes win; with 4 blocks per SM it is
-// expected to win there too (see reports/results/h200/CUDA_RECURRENT.md). Decode: 4 lanes at
-// K <= 128 (the streamed kernel holds a state in at most 8 V tiles; 2 lanes would need 16), else 2.
+// The default tile depends on K alone, never on the batch (batch invariance), and is the same
+// for prefill and decode (decode == prefill bit for bit): 4 column lanes at K <= 128, else 2.
+// On the H200 (reports/results/h200/CUDA_RECURRENT.md, 6ce5611) 4 lanes beat fla on all five
+// prefill shapes; 2 lanes are faster for one long sequence (5.7 vs 6.6 ms at 1 x 8192) but
+// slower at 64 x 256 than fla, and 8 lanes faster at 16 x 1024 and 64 x 256 but 1.8x slower at
+// 1 x 8192; the streamed decode kernel holds a state in at most 8 V tiles (2 lanes need 16).
 int column_lanes_for(const Problem& p, const LaunchOptions& options, bool decode) {
   if (options.column_lanes == 0) return default_column_lanes(p, decode);
   if (options.column_lanes != 2 && options.column_lanes != 4 && options.column_lanes != 8)
@@ -334,9 +334,8 @@ std::int64_t state_traffic_bytes(const Problem& problem) {
   return reads + writes + intermediate;
 }
 
-int default_column_lanes(const Problem& problem, bool decode) {
-  if (decode) return problem.K <= 128 ? 4 : 2;
-  return 2;
+int default_column_lanes(const Problem& problem, bool /*decode*/) {
+  return problem.K <= 128 ? 4 : 2;
 }
 
 }  // namespace gdn::cuda

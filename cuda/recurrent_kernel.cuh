@@ -221,7 +221,9 @@ struct Token {
 // as their bits in gate0/gate1), as the first version did. The streamed decode kernel uses it:
 // at its 168-register cap (9 warps, one block per SM) deferred resolution spills, and its
 // prefetched token is waited for at the stage barrier anyway. The prefill kernel defers (the
-// default), which took 1 x 8192 from 11.9 to 10.0 ms on the H200. Same values either way.
+// default): on the H200, 1 x 8192 at the default tile went from 11.9 ms to 10.0 ms with deferred
+// masks and gates (ec1e122) and to 6.6 ms with step() masking k once and resolving the gates
+// before the dot products (6ce5611). Same values either way.
 template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false>
 struct Tile {
   static constexpr int RL = 32 / COL_LANES;  // row lanes
@@ -496,7 +498,7 @@ struct Tile {
 };
 
 template <class In, int COL_LANES, int RPL, bool ALIGNED>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, RPL <= 8 ? 4 : 1) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   using TileT = Tile<In, COL_LANES, RPL, ALIGNED>;
   const int lane = threadIdx.x & 31;
   const std::int64_t item = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
