@@ -74,9 +74,31 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
       : "memory");
 }
 
+// Orders this thread's generic-proxy accesses of shared memory before later async-proxy ones
+// (a bulk copy reading the staged state, or the next bulk load overwriting the buffer).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Named barrier 1 over the consumer warps only (the producer never joins it).
+__device__ __forceinline__ void consumers_sync(int threads) {
+  asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+}
+// shared -> global bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned), in
+// this thread's bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_address(src)),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Waits until this thread's bulk stores have read their shared-memory source.
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
 }  // namespace stream
 
-template <class In, int COL_LANES, int RPL, bool ALIGNED>
+template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK>
 __global__ void __launch_bounds__(kStreamMaxThreads, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
   using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/true>;
@@ -170,9 +192,13 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
       for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
     }
     // The slice is in registers (the arrive releases the reads before it): the buffer can
-    // take the next load while this warp computes.
-    __syncwarp();
-    if (lane == 0) stream::arrive(&empty[s]);
+    // take the next load while this warp computes. A staged write-back keeps the buffer until
+    // the state has left it again.
+    const bool staged = WRITE_BACK != kWriteBackDirect && in_range && p.has_hT;
+    if (!staged) {
+      __syncwarp();
+      if (lane == 0) stream::arrive(&empty[s]);
+    }
 
     Token<In, RPL> upcoming;
     int upcoming_slot = -1;
@@ -202,7 +228,31 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
         if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), st);
         if (has_next) cur = next;
       }
-      if (p.has_hT) tl.store_state(p.state_cache + (row * p.HV + j) * state_elems, st);
+      float* const slot_state = p.state_cache + (row * p.HV + j) * state_elems;
+      if (p.has_hT && WRITE_BACK == kWriteBackDirect) tl.store_state(slot_state, st);
+      if (WRITE_BACK != kWriteBackDirect && p.has_hT) {
+        // Every element of the state belongs to exactly one consumer lane: after the barrier the
+        // stage holds the whole updated state, laid out as in the cache.
+        // The fence orders these generic writes before the async proxy's accesses of the
+        // buffer: the bulk store's read of it and the next bulk load's overwrite.
+        float* const stage = stages + std::int64_t(i % num_stages) * sp.stage_floats;
+        tl.store_state(stage, st);
+        stream::fence_proxy_async_shared();
+        stream::consumers_sync(consumers * 32);
+        if constexpr (WRITE_BACK == kWriteBackBulk) {
+          if (warp == 0 && lane == 0) {
+            stream::bulk_store(slot_state, stage, sp.state_bytes);
+            stream::bulk_wait_read();
+          }
+        } else {
+          const float4* from = reinterpret_cast<const float4*>(stage);
+          float4* to = reinterpret_cast<float4*>(slot_state);
+          const int vectors = int(sp.state_bytes / 16);
+          for (int x = warp * 32 + lane; x < vectors; x += consumers * 32) to[x] = from[x];
+        }
+        __syncwarp();
+        if (lane == 0) stream::arrive(&empty[i % num_stages]);
+      }
     }
 
     if (next_item < items) {
@@ -244,12 +294,25 @@ void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp,
   Kernel<<<dim3(blocks), dim3(threads), smem, stream>>>(params, sp);
 }
 
+template <class In, int COL_LANES, int RPL, int WRITE_BACK>
+void launch_stream_mode(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
+  if (params.vector_k && params.vector_v)
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true, WRITE_BACK>>(params, sp, stream);
+  else
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, false, WRITE_BACK>>(params, sp, stream);
+}
+
+// The write-back mode is a template parameter: a runtime switch cost the direct mode 20 bytes
+// of spills at its 168-register cap. The staged modes exist for the 16-rows-per-lane instances
+// (K = 128 at 4 column lanes, the default decode tile) while they are being measured; the
+// others write back directly.
 template <class In, int COL_LANES, int RPL>
 void launch_stream_instance(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
-  if (params.vector_k && params.vector_v)
-    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true>>(params, sp, stream);
-  else
-    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, false>>(params, sp, stream);
+  if constexpr (RPL == 16) {
+    if (sp.write_back == kWriteBackStaged) return launch_stream_mode<In, COL_LANES, RPL, kWriteBackStaged>(params, sp, stream);
+    if (sp.write_back == kWriteBackBulk) return launch_stream_mode<In, COL_LANES, RPL, kWriteBackBulk>(params, sp, stream);
+  }
+  launch_stream_mode<In, COL_LANES, RPL, kWriteBackDirect>(params, sp, stream);
 }
 
 // The general kernel's (COL_LANES, RPL) set up to 16 rows per lane: at 32 the state alone is

@@ -186,6 +186,17 @@ detail::StreamParams stream_params_for(const Problem& p) {
     return env != nullptr && std::string(env) == "1";
   }();
   sp.l2_evict_first = evict_first ? 1 : 0;
+  // Tuning switch for benchmarks only (same bits in every mode): GDN_STREAM_WRITE_BACK =
+  // direct | staged | bulk (detail::StreamWriteBack).
+  static const int write_back = [] {
+    const char* env = std::getenv("GDN_STREAM_WRITE_BACK");
+    const std::string mode = env != nullptr ? env : "";
+    if (mode == "staged") return int(detail::kWriteBackStaged);
+    if (mode == "bulk") return int(detail::kWriteBackBulk);
+    if (mode.empty() || mode == "direct") return int(detail::kWriteBackDirect);
+    fail("GDN_STREAM_WRITE_BACK", "must be direct, staged or bulk, not '" + mode + "'");
+  }();
+  sp.write_back = write_back;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sp.multiprocessors, cudaDevAttrMultiProcessorCount, device),
