@@ -14,6 +14,11 @@
 
 #include "cuda/bench_common.hpp"
 
+namespace gdn::cuda::bench {
+cudaError_t launch_stream_probe(float* cache, std::int64_t items, int write_mode, int multiprocessors,
+                                cudaStream_t stream);
+}
+
 namespace {
 
 using namespace gdn;
@@ -85,8 +90,50 @@ void BM_decode(benchmark::State& state) {
   cudaStreamDestroy(stream);
 }
 
+// The streamed kernel's data movement without its math (bench_stream_probe.cu): items of 64 KiB
+// (256 requests x 32 heads = 8192, 1024 requests = 32768), write_mode 0 loads only, 1 the decode
+// kernel's per-lane write-back, 2 full-line copies out of the stage.
+void BM_stream_probe(benchmark::State& state) {
+  const std::int64_t items = state.range(0);
+  const int write_mode = static_cast<int>(state.range(1));
+  const std::size_t floats = std::size_t(items) * 128 * 128;
+  static std::map<std::int64_t, std::unique_ptr<DeviceBuffer<float>>> caches;
+  if (!caches[items]) {
+    caches[items] = std::make_unique<DeviceBuffer<float>>(floats);
+    caches[items]->fill_bytes(0);
+  }
+  float* cache = caches[items]->data();
+  int device = 0, multiprocessors = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), "SM count");
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  for (int i = 0; i < 3; ++i) check_cuda(bench::launch_stream_probe(cache, items, write_mode, multiprocessors, stream), "probe");
+  check_cuda(cudaStreamSynchronize(stream), "warm-up");
+  bench::EventTimer timer(stream);
+  double total = 0;
+  for (auto _ : state) {
+    timer.start();
+    check_cuda(bench::launch_stream_probe(cache, items, write_mode, multiprocessors, stream), "probe");
+    const double seconds = timer.stop();
+    state.SetIterationTime(seconds);
+    total += seconds;
+  }
+  const double bytes = double(floats) * 4 * (write_mode == 0 ? 1 : 2);
+  const double per_launch = total / double(state.iterations());
+  state.counters["ms"] = per_launch * 1e3;
+  state.counters["GBps"] = bytes / per_launch * 1e-9;
+  state.counters["fraction_of_copy"] = bytes / per_launch / bench::copy_bandwidth();
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 
+BENCHMARK(BM_stream_probe)
+    ->ArgNames({"items", "write_mode"})
+    ->ArgsProduct({{8192, 32768}, {0, 1, 2}})
+    ->UseManualTime()
+    ->MinTime(0.2);
 BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
 // The default tile at every batch, plain and with the status check, launch and graph modes,
 // the streamed kernel and the general one.

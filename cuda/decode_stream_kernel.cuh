@@ -74,31 +74,9 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
       : "memory");
 }
 
-// Orders this thread's generic-proxy accesses of shared memory before later async-proxy ones
-// (a bulk copy reading the staged state, or the next bulk load overwriting the buffer).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-// Named barrier 1 over the consumer warps only (the producer never joins it).
-__device__ __forceinline__ void consumers_sync(int threads) {
-  asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
-}
-// shared -> global bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned), in
-// this thread's bulk group.
-__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_address(src)),
-               "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-// Waits until this thread's bulk stores have read their shared-memory source.
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-}
-
 }  // namespace stream
 
-template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK>
+template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK, bool BLOCKED>
 __global__ void __launch_bounds__(kStreamMaxThreads, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
   using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/true>;
@@ -119,6 +97,10 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
   const std::int64_t items = std::int64_t(p.N) * p.HV;
   const std::int64_t state_elems = std::int64_t(p.K) * p.V;
   const std::int64_t ts = p.tokens_per_sequence;
+  // This block's items: first, first + step, ... below last (same bits in either order).
+  const std::int64_t first = BLOCKED ? blockIdx.x * items / gridDim.x : blockIdx.x;
+  const std::int64_t last = BLOCKED ? (blockIdx.x + 1) * items / gridDim.x : items;
+  const int step = BLOCKED ? 1 : int(gridDim.x);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < num_stages; ++s) {
@@ -134,10 +116,10 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
     // waits for an index load once per 32 items, not once per item.
     int slots = -1;
     int i = 0;
-    for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x, ++i) {
+    for (std::int64_t item = first; item < last; item += step, ++i) {
       if ((i & 31) == 0) {
-        const std::int64_t mine = item + std::int64_t(lane) * gridDim.x;
-        slots = mine < items ? p.state_indices[mine / p.HV] : -1;
+        const std::int64_t mine = item + std::int64_t(lane) * step;
+        slots = mine < last ? p.state_indices[mine / p.HV] : -1;
       }
       const int slot = __shfl_sync(0xffffffffu, slots, i & 31);
       if (lane == 0) {
@@ -167,14 +149,14 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
   const int tile = warp;
   Token<In, RPL> cur;
   int cur_slot = -1;
-  if (blockIdx.x < items) {
-    const std::int64_t item = blockIdx.x;
+  if (first < last) {
+    const std::int64_t item = first;
     const TileT first(p, lane, tile, int(item % p.HV));
     first.load_token((item / p.HV) * ts, cur);
     cur_slot = p.state_indices[item / p.HV];
   }
   int i = 0;
-  for (std::int64_t item = blockIdx.x; item < items; item += gridDim.x, ++i) {
+  for (std::int64_t item = first; item < last; item += step, ++i) {
     const int j = int(item % p.HV);
     const int n = int(item / p.HV);
     const TileT tl(p, lane, tile, j);
@@ -192,18 +174,14 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
       for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
     }
     // The slice is in registers (the arrive releases the reads before it): the buffer can
-    // take the next load while this warp computes. A staged write-back keeps the buffer until
-    // the state has left it again.
-    const bool staged = WRITE_BACK != kWriteBackDirect && in_range && p.has_hT;
-    if (!staged) {
-      __syncwarp();
-      if (lane == 0) stream::arrive(&empty[s]);
-    }
+    // take the next load while this warp computes.
+    __syncwarp();
+    if (lane == 0) stream::arrive(&empty[s]);
 
     Token<In, RPL> upcoming;
     int upcoming_slot = -1;
-    const std::int64_t next_item = item + gridDim.x;
-    if (next_item < items) {
+    const std::int64_t next_item = item + step;
+    if (next_item < last) {
       const TileT nt(p, lane, tile, int(next_item % p.HV));
       nt.load_token((next_item / p.HV) * ts, upcoming);
       upcoming_slot = p.state_indices[next_item / p.HV];
@@ -229,33 +207,10 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
         if (has_next) cur = next;
       }
       float* const slot_state = p.state_cache + (row * p.HV + j) * state_elems;
-      if (p.has_hT && WRITE_BACK == kWriteBackDirect) tl.store_state(slot_state, st);
-      if (WRITE_BACK != kWriteBackDirect && p.has_hT) {
-        // Every element of the state belongs to exactly one consumer lane: after the barrier the
-        // stage holds the whole updated state, laid out as in the cache.
-        // The fence orders these generic writes before the async proxy's accesses of the
-        // buffer: the bulk store's read of it and the next bulk load's overwrite.
-        float* const stage = stages + std::int64_t(i % num_stages) * sp.stage_floats;
-        tl.store_state(stage, st);
-        stream::fence_proxy_async_shared();
-        stream::consumers_sync(consumers * 32);
-        if constexpr (WRITE_BACK == kWriteBackBulk) {
-          if (warp == 0 && lane == 0) {
-            stream::bulk_store(slot_state, stage, sp.state_bytes);
-            stream::bulk_wait_read();
-          }
-        } else {
-          const float4* from = reinterpret_cast<const float4*>(stage);
-          float4* to = reinterpret_cast<float4*>(slot_state);
-          const int vectors = int(sp.state_bytes / 16);
-          for (int x = warp * 32 + lane; x < vectors; x += consumers * 32) to[x] = from[x];
-        }
-        __syncwarp();
-        if (lane == 0) stream::arrive(&empty[i % num_stages]);
-      }
+      if (p.has_hT) tl.template store_state<WRITE_BACK == kWriteBackStreaming>(slot_state, st);
     }
 
-    if (next_item < items) {
+    if (next_item < last) {
       cur = upcoming;
       cur_slot = upcoming_slot;
     }
@@ -294,25 +249,26 @@ void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp,
   Kernel<<<dim3(blocks), dim3(threads), smem, stream>>>(params, sp);
 }
 
-template <class In, int COL_LANES, int RPL, int WRITE_BACK>
+template <class In, int COL_LANES, int RPL, int WRITE_BACK, bool BLOCKED>
 void launch_stream_mode(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
   if (params.vector_k && params.vector_v)
-    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true, WRITE_BACK>>(params, sp, stream);
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true, WRITE_BACK, BLOCKED>>(params, sp, stream);
   else
-    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, false, WRITE_BACK>>(params, sp, stream);
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, false, WRITE_BACK, BLOCKED>>(params, sp, stream);
 }
 
-// The write-back mode is a template parameter: a runtime switch cost the direct mode 20 bytes
-// of spills at its 168-register cap. The staged modes exist for the 16-rows-per-lane instances
-// (K = 128 at 4 column lanes, the default decode tile) while they are being measured; the
-// others write back directly.
+// Write-back mode and item order are template parameters: as runtime switches they cost the
+// default 8-20 bytes of spills at its 168-register cap. The tuning variants exist only for the
+// default decode tile at K = 128 (4 column lanes, 16 rows per lane) while they are measured.
 template <class In, int COL_LANES, int RPL>
 void launch_stream_instance(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
-  if constexpr (RPL == 16) {
-    if (sp.write_back == kWriteBackStaged) return launch_stream_mode<In, COL_LANES, RPL, kWriteBackStaged>(params, sp, stream);
-    if (sp.write_back == kWriteBackBulk) return launch_stream_mode<In, COL_LANES, RPL, kWriteBackBulk>(params, sp, stream);
+  if constexpr (COL_LANES == 4 && RPL == 16) {
+    const bool streaming = sp.write_back == kWriteBackStreaming;
+    if (streaming && sp.blocked_order) return launch_stream_mode<In, 4, 16, kWriteBackStreaming, true>(params, sp, stream);
+    if (streaming) return launch_stream_mode<In, 4, 16, kWriteBackStreaming, false>(params, sp, stream);
+    if (sp.blocked_order) return launch_stream_mode<In, 4, 16, kWriteBackDirect, true>(params, sp, stream);
   }
-  launch_stream_mode<In, COL_LANES, RPL, kWriteBackDirect>(params, sp, stream);
+  launch_stream_mode<In, COL_LANES, RPL, kWriteBackDirect, false>(params, sp, stream);
 }
 
 // The general kernel's (COL_LANES, RPL) set up to 16 rows per lane: at 32 the state alone is

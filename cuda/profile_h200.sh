@@ -5,7 +5,8 @@
 # libbenchmark.so.1debian) and, when present, .carry-chunk/chunked.tar.xz.
 # Output in $OUT: ncu_<name>.txt (details page), ncu_<name>_source.csv (per-SASS-instruction
 # stall samples), sass_*.txt, bench_*.json, profile.log.
-# Environment: PROFILE_PHASES (default "SNB": S = SASS, N = ncu, B = benchmarks).
+# Environment: PROFILE_PHASES (default "SNB": S = SASS, N = ncu, B = benchmarks; D = ncu of the
+# streamed decode kernel at 256 requests and of its data-movement probe only).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -60,6 +61,14 @@ if [[ $PHASES == *N* ]]; then
     profile chunk_4x8192 "chunked_(forward|prepare)" /tmp/chunk/cuda_chunked_bench \
       --benchmark_filter='BM_chunked/shape:0/value_tile:0'
   fi
+fi
+
+if [[ $PHASES == *D* ]]; then
+  log "D: ncu, decode and probe"
+  profile dec_256 decode_stream_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_decode/batch:256/column_lanes:0/status:0/graph:0/general:0'
+  profile probe_8192 stream_probe_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_stream_probe/items:8192/write_mode:1'
 fi
 
 if [[ $PHASES == *B* ]]; then

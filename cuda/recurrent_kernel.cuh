@@ -296,8 +296,14 @@ struct Tile {
     }
   }
 
+  // STREAMING: the aligned path's stores carry the evict-first (.cs) cache hint.
+  template <bool STREAMING = false>
   __device__ void store_state(float* base, const float s[RPL][4]) const {
     const int K = p.K, V = p.V;
+    const auto put = [](float* at, float4 x) {
+      if constexpr (STREAMING) __stcs(reinterpret_cast<float4*>(at), x);
+      else *reinterpret_cast<float4*>(at) = x;
+    };
     if constexpr (ALIGNED) {
       if (!p.v_major) {
 #pragma unroll
@@ -305,16 +311,16 @@ struct Tile {
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             if (k_of(m) + e < K && v0 < V)
-              *reinterpret_cast<float4*>(base + std::int64_t(k_of(m) + e) * V + v0) =
-                  make_float4(s[4 * m + e][0], s[4 * m + e][1], s[4 * m + e][2], s[4 * m + e][3]);
+              put(base + std::int64_t(k_of(m) + e) * V + v0,
+                  make_float4(s[4 * m + e][0], s[4 * m + e][1], s[4 * m + e][2], s[4 * m + e][3]));
       } else {
 #pragma unroll
         for (int m = 0; m < CHUNKS; ++m)
 #pragma unroll
           for (int c = 0; c < 4; ++c)
             if (v0 + c < V && k_of(m) < K)
-              *reinterpret_cast<float4*>(base + std::int64_t(v0 + c) * K + k_of(m)) =
-                  make_float4(s[4 * m + 0][c], s[4 * m + 1][c], s[4 * m + 2][c], s[4 * m + 3][c]);
+              put(base + std::int64_t(v0 + c) * K + k_of(m),
+                  make_float4(s[4 * m + 0][c], s[4 * m + 1][c], s[4 * m + 2][c], s[4 * m + 3][c]));
       }
       return;
     }

@@ -72,15 +72,16 @@ struct StreamParams {
   int multiprocessors;   // of the launching device
   int l2_evict_first;    // state loads with an L2 evict-first policy (GDN_STREAM_L2_HINT=1; off by default)
   int write_back;        // how hT reaches the cache slot: a StreamWriteBack (GDN_STREAM_WRITE_BACK)
+  int blocked_order;     // block b takes a contiguous run of items, not b, b + grid, ... (GDN_STREAM_ORDER)
 };
 
-// The streamed kernel's write-back of the updated state (same bits in every mode; tuning only).
-// direct: each consumer warp stores its V tile from registers (16 rows x 64 bytes per store
-// instruction at K = V = 128: every 128-byte line is written half by one warp, half by another).
-// staged: the consumers put the state back into its stage buffer, then each writes a contiguous
-// 1/consumers of it with full-line coalesced stores. bulk: the same staging, then one thread
-// writes the whole state with one bulk async copy (cp.async.bulk shared -> global).
-enum StreamWriteBack : int { kWriteBackDirect = 0, kWriteBackStaged = 1, kWriteBackBulk = 2 };
+// The streamed kernel's write-back of the updated state (same bits in every mode; tuning only):
+// direct: each consumer warp stores its V tile from registers; streaming: the same stores with the
+// evict-first (.cs) hint. Measured on the H200 and dropped (289a73a,
+// reports/results/h200/decode_writeback_289a73a/): staging the state back through its stage
+// buffer for full-line stores (50% of copy) or one bulk store (60%), against 81-84% direct: both
+// hold the stage until the state has left, and the loads in flight are what the kernel lives on.
+enum StreamWriteBack : int { kWriteBackDirect = 0, kWriteBackStreaming = 1 };
 
 bool launch_decode_stream(ElementType input, int column_lanes, int rows_per_lane, const RecurrentParams& params,
                           const StreamParams& stream_params, cudaStream_t stream);
