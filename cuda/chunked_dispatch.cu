@@ -1,6 +1,7 @@
 // Instances of the chunked kernels: bf16 and fp16 with K padded to 64 or 128 and value tiles of
-// 16 to 128 columns; fp32 with value tiles of 16 and 32 (its fp32 operands need twice the
-// shared memory). One translation unit per input type keeps rebuilds of one path short.
+// 16 to 128 columns (fp16 at K 128: up to 64, see for_instance); fp32 with value tiles of 16 and
+// 32 (its fp32 operands need twice the shared memory). One translation unit per input type keeps
+// rebuilds of one path short.
 #include "cuda/chunked_params.hpp"
 
 namespace gdn::cuda::detail {

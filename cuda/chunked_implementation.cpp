@@ -126,9 +126,13 @@ std::string ChunkedPrefillKernel::name() const {
 
 bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) const {
   if (!chunked_prefill_supports(problem, why)) return false;
+  // chunked_blocks_per_sm is 0 where the dtype and K have no instance of the tile (fp32 above
+  // 32, fp16 at 128 for K > 64).
   if (options_.value_tile != 0 &&
-      (problem.V % options_.value_tile != 0 || (problem.input_dtype == DType::f32 && options_.value_tile > 32))) {
-    if (why) *why = "value tile " + std::to_string(options_.value_tile) + " does not fit V = " + std::to_string(problem.V);
+      (problem.V % options_.value_tile != 0 || chunked_blocks_per_sm(problem, options_.value_tile) == 0)) {
+    if (why)
+      *why = "value tile " + std::to_string(options_.value_tile) + " does not fit V = " + std::to_string(problem.V) +
+             " or has no instance for this dtype and K";
     return false;
   }
   return true;

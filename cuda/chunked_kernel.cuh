@@ -32,15 +32,26 @@
 //              merges T_ij = -T_ii sum_k A_ik T_kj in three levels        (fp32; stored hi + lo, prepass)
 //   X          diag(beta) (V - diag(e_start r) K S0)                    (fp32, then input dtype)
 //   Vnew       T X  (= U - W S0 of the spec: the same algebra without forming W or U)
-//   O          scale (diag(e_start r^q) Q S0 + P Vnew)
+//   O          scale (diag(e_start r^q) Q S0 + P Vnew)                    (fp16: P Vnew_hi + P Vnew_lo)
 //   S_end      e_start(c) S0 + K^T diag(e_end r) Vnew
 //
 // Matrix products: bf16/fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulation).
 // The raw q, k, v are exact operands; every computed operand that feeds the state is split into
 // hi + lo in the input dtype (S0 in K S0 and Q S0, T and X in T X, the decayed Vnew in the state
-// update), so the state path keeps about 16 bits (bf16) instead of 8; only P and Vnew in the
-// intra-chunk term of O are rounded once (O itself is stored in the input dtype). fp32 inputs use
-// plain fp32 FMAs in the same fragment layout (no TF32; the record holds T in fp32, no lo part).
+// update), so the state path keeps about 16 bits (bf16) instead of 8. The intra-chunk term P Vnew
+// of O feeds no state and O is stored in the input dtype, so it gets less: P is rounded once;
+// Vnew is rounded once for bf16 and split for fp16 (P Vnew_hi then P Vnew_lo per 16-wide k step,
+// into the same fp32 accumulator). Why fp16: where P Vnew cancels (sum |P Vnew| ~ 9 |o|: K 32,
+// beta up to 2, no decay) the two roundings cost fp16 4.2 ulp of o against a 4-ulp max_abs
+// budget (H200 conformance case 377, margin 1.04). A CPU model of that case gives 0.79 of the
+// budget for P's rounding alone, 0.50 for Vnew's, 0.25 for o's own: with Vnew split, P is the
+// larger term left, but a P lo would be a fourth tile in every prepass record and in both record
+// buffers (K 64, BV 16 would lose its second block per SM). bf16 keeps one rounding: no
+// conformance case needs more, and its K 128, BV 128 instance (the speed headline) has no room
+// for the tile. Since no bit may depend on BV (below), every fp16 instance splits, and fp16 at
+// K 128 has no BV 128.
+// fp32 inputs use plain fp32 FMAs in the same fragment layout (no TF32; the record holds T in
+// fp32, no lo part).
 // Each output element is reduced over k in one fixed order that does not depend on the V tile,
 // the warp layout or the batch: the V tile (chosen from the batch shape) changes no bit of any
 // output. A prepass record depends only on its (chunk, head): the batch changes none of its bits
@@ -59,19 +70,23 @@ constexpr int kThreads = kChunkedThreads;
 
 template <class E>
 struct Elem;
+// split_pv: Vnew enters the intra-chunk term P Vnew as hi + lo (fp16 only; see the header).
 template <>
 struct Elem<float> {
   static constexpr bool tensor = false;
+  static constexpr bool split_pv = false;
   static constexpr int pad = 4;  // elements of row padding (16 bytes)
 };
 template <>
 struct Elem<__nv_bfloat16> {
   static constexpr bool tensor = true;
+  static constexpr bool split_pv = false;
   static constexpr int pad = 8;
 };
 template <>
 struct Elem<__half> {
   static constexpr bool tensor = true;
+  static constexpr bool split_pv = true;
   static constexpr int pad = 8;
 };
 
@@ -264,6 +279,51 @@ __device__ __forceinline__ void warp_gemm(float (&acc)[MT][NT][4], const E* A, i
   }
 }
 
+// acc += A (Bhi + Blo) on tensor cores, for the fp16 P Vnew: A(m, k) = A[m * lda + k],
+// Bhi(k, n) = Bhi[k * ldb + n], Blo alike. Each 16-wide k step, in increasing k, adds A Bhi, then
+// A Blo from the same A fragments: one fixed order per element, as in warp_gemm. A function of its
+// own so warp_gemm (bf16's every product) stays as it was, to the bit of its binary. The two
+// passes stay a rolled loop: unrolled, fp16 K 64 x BV 128 spilled 8 bytes (as two warp_gemm
+// calls: 24); rolled, 248 registers and no spill.
+template <int MT, int NT, int KSTEPS, class E>
+__device__ __forceinline__ void warp_gemm_split_b(float (&acc)[MT][NT][4], const E* A, int lda, const E* Bhi,
+                                                  const E* Blo, int ldb, int row0, int col0, int lane) {
+  static_assert(Elem<E>::tensor, "tensor-core operands");
+  const int i = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) {
+    const int k0 = ks * 16;
+    std::uint32_t af[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      ldsm_x4(af[mt], A + (row0 + mt * 16 + (lane & 15)) * lda + k0 + ((lane >> 4) << 3));
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass) {
+      const E* const B = pass ? Blo : Bhi;
+      std::uint32_t bf[NT][2];
+#pragma unroll
+      for (int nt = 0; nt + 1 < NT; nt += 2) {
+        std::uint32_t tmp[4];
+        ldsm_x4_t(tmp, B + (k0 + r + ((i & 1) << 3)) * ldb + col0 + nt * 8 + ((i >> 1) << 3));
+        bf[nt][0] = tmp[0];
+        bf[nt][1] = tmp[1];
+        bf[nt + 1][0] = tmp[2];
+        bf[nt + 1][1] = tmp[3];
+      }
+      if constexpr (NT % 2 == 1) {
+        std::uint32_t tmp[2];
+        ldsm_x2_t(tmp, B + (k0 + r + ((i & 1) << 3)) * ldb + col0 + (NT - 1) * 8);
+        bf[NT - 1][0] = tmp[0];
+        bf[NT - 1][1] = tmp[1];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma(acc[mt][nt], af[mt], bf[nt], E{});
+    }
+  }
+}
+
 // Calls f(row, col, x0, x1) for every element pair (row, col), (row, col + 1) the lane holds.
 template <int MT, int NT, class F>
 __device__ __forceinline__ void for_each_pair(float (&acc)[MT][NT][4], int row0, int col0, int lane, F&& f) {
@@ -345,6 +405,7 @@ struct Plan {
   static constexpr int ldv = BV + pad;   // v, state, X, Vnew rows
   static constexpr int ldc = kC + pad;   // T, P rows (input dtype)
   static constexpr bool split = Elem<E>::tensor;  // state operand, T, X, decayed Vnew as hi + lo
+  static constexpr bool split_pv = Elem<E>::split_pv;  // Vnew as hi + lo in P Vnew too (fp16)
   static constexpr std::size_t es = sizeof(E);
 
   static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
@@ -372,8 +433,14 @@ struct Plan {
   static constexpr std::size_t off_r1 = off_slo + (split ? s_bytes : 0);
   static constexpr std::size_t off_w0 = off_r1 + r1_bytes;
   static constexpr std::size_t off_w1 = off_w0 + w_bytes;
-  static constexpr std::size_t bytes = off_w1 + w_bytes;
-  // Hopper: at most 227 KB of shared memory per block (bf16 K 128, BV 128 uses exactly that).
+  // Vnew lo (fp16) goes beside the decayed Vnew hi where T hi + lo were when both fit there
+  // (BV <= 64: no extra shared memory), else (BV = 128) into a tile of its own.
+  static constexpr bool vnlo_in_w = 2 * v_bytes <= w_off_p;
+  static constexpr std::size_t vnlo_bytes = (split_pv && !vnlo_in_w) ? v_bytes : 0;
+  static constexpr std::size_t off_vnlo = off_w1 + w_bytes;
+  static constexpr std::size_t bytes = off_vnlo + vnlo_bytes;
+  // Hopper: at most 227 KB of shared memory per block (bf16 K 128, BV 128 uses exactly that;
+  // fp16 K 128 would need 244 KB at BV 128 and has no such instance: for_instance).
   static_assert(bytes <= 227 * 1024, "shared-memory plan exceeds the per-block limit");
   // Two resident blocks leave 128 registers a thread. The shared memory allows two for
   // bf16/fp16 K <= 64 with BV 16 and 32, but BV 32 then spills (ptxas: 128 registers + 28-32
@@ -769,6 +836,7 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
   E* const Xlo = reinterpret_cast<E*>(smem + L::off_r1 + L::v_bytes);
   E* const Vns = Xs;
   E* const Vndlo = Xlo;
+  E* const Vnlo_own = reinterpret_cast<E*>(smem + L::off_vnlo);  // fp16 at BV 128 only
   unsigned char* const W0 = smem + L::off_w0;
   unsigned char* const W1 = smem + L::off_w1;
 
@@ -870,6 +938,7 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
     const float* const een = est + kC;  // e_end
     const float* const chunk_decay = een + kC;
     E* const Vnds = reinterpret_cast<E*>(Wc + L::w_off_t);  // after T X: replaces T hi (+ lo)
+    E* const Vnlo = L::vnlo_in_w ? reinterpret_cast<E*>(Wc + L::w_off_t + L::v_bytes) : Vnlo_own;  // fp16
     const std::int64_t debug_chunk = p.chunk_offsets ? p.chunk_offsets[n] + chunk_index : 0;
     cp_async_wait_all();
     __syncthreads();
@@ -926,10 +995,12 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
         warp_gemm<1, NTV, kC / 16, false, true>(Vn, Ts, ldc, Xlo, ldv, row0, col0, lane);
         warp_gemm<1, NTV, kC / 16, false, true>(Vn, Tlo, ldc, Xs, ldv, row0, col0, lane);
       }
-      __syncthreads();  // Vnew replaces X in R1, the decayed Vnew hi replaces T
+      __syncthreads();  // Vnew replaces X in R1; the decayed Vnew hi (and fp16 Vnew lo, BV <= 64) T
       float* dv = p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + v0 : nullptr;
       for_each_pair(Vn, row0, col0, lane, [&](int i, int col, float& x0, float& x1) {
         store2(Vns + i * ldv + col, x0, x1);
+        if constexpr (L::split_pv)
+          store2(Vnlo + i * ldv + col, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
         const float w = een[i] * rk[i];
         const float d0 = w * x0, d1 = w * x1;
         store2(Vnds + i * ldv + col, d0, d1);
@@ -941,7 +1012,10 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
     __syncthreads();
 
     // --- O = scale (e_start Q S0 + P Vnew); S_end = e_start(c) S0 + K^T (e_end Vnew) -----------
-    warp_gemm<1, NTV, kC / 16, false, true>(O, Ps, ldc, Vns, ldv, row0, col0, lane);
+    if constexpr (L::split_pv)
+      warp_gemm_split_b<1, NTV, kC / 16>(O, Ps, ldc, Vns, Vnlo, ldv, row0, col0, lane);
+    else
+      warp_gemm<1, NTV, kC / 16, false, true>(O, Ps, ldc, Vns, ldv, row0, col0, lane);
     {
       E* og = static_cast<E*>(p.o);
       const float scale = p.scale;
@@ -1019,8 +1093,9 @@ struct Instance {
 };
 
 // Calls f(Instance<E, KP, BV>{}) for the instance of (key_pad, value_tile); false when there is
-// none. bf16/fp16: K padded to 64 or 128, tiles of 16 to 128; fp32: tiles of 16 and 32 (its
-// fp32 operands need twice the shared memory).
+// none. bf16/fp16: K padded to 64 or 128, tiles of 16 to 128, except fp16 at K 128, tile 128
+// (its Vnew lo tile would take the plan past 227 KB; the launcher's tile_candidates agrees);
+// fp32: tiles of 16 and 32 (its fp32 operands need twice the shared memory).
 template <class E, class Fn>
 bool for_instance(int key_pad, int value_tile, Fn&& f) {
   if (key_pad == 64 && value_tile == 16) return f(Instance<E, 64, 16>{}), true;
@@ -1031,7 +1106,8 @@ bool for_instance(int key_pad, int value_tile, Fn&& f) {
     if (key_pad == 64 && value_tile == 64) return f(Instance<E, 64, 64>{}), true;
     if (key_pad == 64 && value_tile == 128) return f(Instance<E, 64, 128>{}), true;
     if (key_pad == 128 && value_tile == 64) return f(Instance<E, 128, 64>{}), true;
-    if (key_pad == 128 && value_tile == 128) return f(Instance<E, 128, 128>{}), true;
+    if constexpr (!Elem<E>::split_pv)  // fp16: the Vnew lo tile does not fit (Plan)
+      if (key_pad == 128 && value_tile == 128) return f(Instance<E, 128, 128>{}), true;
   }
   return false;
 }

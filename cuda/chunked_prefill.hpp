@@ -53,7 +53,8 @@ struct ChunkedDebug {
 
 struct ChunkedOptions {
   // Columns of V per block: 0 picks from the batch shape (see chunked_value_tile); else 16, 32,
-  // 64 or 128 (bf16/fp16) or 16, 32 (fp32), dividing V. Changes the speed, never the bits.
+  // 64 or 128 (bf16, fp16 at K <= 64), 16 to 64 (fp16 at K > 64) or 16, 32 (fp32), dividing V.
+  // Changes the speed, never the bits.
   int value_tile = 0;
   const ChunkedDebug* debug = nullptr;
   // Device workspace of the prepass (the per-chunk T, P and gate scalars the state kernel
