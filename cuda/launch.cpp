@@ -187,25 +187,16 @@ detail::StreamParams stream_params_for(const Problem& p) {
   }();
   sp.l2_evict_first = evict_first ? 1 : 0;
   // Tuning switch for benchmarks only (same bits in every mode): GDN_STREAM_WRITE_BACK =
-  // direct | streaming (detail::StreamWriteBack).
+  // paired (default) | streaming | direct (detail::StreamWriteBack).
   static const int write_back = [] {
     const char* env = std::getenv("GDN_STREAM_WRITE_BACK");
     const std::string mode = env != nullptr ? env : "";
     if (mode == "streaming") return int(detail::kWriteBackStreaming);
-    if (mode.empty() || mode == "direct") return int(detail::kWriteBackDirect);
-    fail("GDN_STREAM_WRITE_BACK", "must be direct or streaming, not '" + mode + "'");
+    if (mode == "direct") return int(detail::kWriteBackDirect);
+    if (mode.empty() || mode == "paired") return int(detail::kWriteBackPaired);
+    fail("GDN_STREAM_WRITE_BACK", "must be paired, streaming or direct, not '" + mode + "'");
   }();
   sp.write_back = write_back;
-  // Tuning switch for benchmarks only (same bits): GDN_STREAM_ORDER = interleaved (block b takes
-  // items b, b + grid, ...) | blocked (block b takes a contiguous run of items).
-  static const int blocked_order = [] {
-    const char* env = std::getenv("GDN_STREAM_ORDER");
-    const std::string order = env != nullptr ? env : "";
-    if (order == "blocked") return 1;
-    if (order.empty() || order == "interleaved") return 0;
-    fail("GDN_STREAM_ORDER", "must be interleaved or blocked, not '" + order + "'");
-  }();
-  sp.blocked_order = blocked_order;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sp.multiprocessors, cudaDevAttrMultiProcessorCount, device),

@@ -72,7 +72,6 @@ struct StreamParams {
   int multiprocessors;   // of the launching device
   int l2_evict_first;    // state loads with an L2 evict-first policy (GDN_STREAM_L2_HINT=1; off by default)
   int write_back;        // how hT reaches the cache slot: a StreamWriteBack (GDN_STREAM_WRITE_BACK)
-  int blocked_order;     // block b takes a contiguous run of items, not b, b + grid, ... (GDN_STREAM_ORDER)
 };
 
 // The streamed kernel's write-back of the updated state (same bits in every mode; tuning only):
@@ -81,7 +80,15 @@ struct StreamParams {
 // reports/results/h200/decode_writeback_289a73a/): staging the state back through its stage
 // buffer for full-line stores (50% of copy) or one bulk store (60%), against 81-84% direct: both
 // hold the stage until the state has left, and the loads in flight are what the kernel lives on.
-enum StreamWriteBack : int { kWriteBackDirect = 0, kWriteBackStreaming = 1 };
+// paired (the default of the default tile): the two warps of each pair of adjacent 16-column
+// tiles swap rows through a small shared buffer (kStreamPairBytes, beside the stages) and store
+// whole 128-byte lines with the .cs hint. The probe (BM_stream_probe, 1f80662) moved the same
+// data at 86% of copy with the per-lane pattern and 91-93% with full lines.
+enum StreamWriteBack : int { kWriteBackDirect = 0, kWriteBackStreaming = 1, kWriteBackPaired = 2 };
+// Per pair of consumer warps: two buffers (double-buffered rows) of 32 rows x 32 fp32 columns;
+// 4 pairs at V = 128.
+constexpr int kStreamPairFloats = 2 * 32 * 32;
+constexpr std::int64_t kStreamPairBytes = std::int64_t(kStreamMaxTiles / 2) * kStreamPairFloats * 4;
 
 bool launch_decode_stream(ElementType input, int column_lanes, int rows_per_lane, const RecurrentParams& params,
                           const StreamParams& stream_params, cudaStream_t stream);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call comparing variants of the streamed decode kernel (same bits in every variant), from
-# the repository root on the device machine. A variant is WRITE_BACK:ORDER, GDN_STREAM_WRITE_BACK =
-# direct | streaming and GDN_STREAM_ORDER = interleaved | blocked (cuda/launch.cpp).
+# the repository root on the device machine. A variant is a write-back mode, GDN_STREAM_WRITE_BACK =
+# paired (default) | streaming | direct (cuda/launch.cpp, detail::StreamWriteBack).
 # Binaries: .carry-rec/rec.tar.xz (cuda/pack_recurrent.sh).
 #   1. the GPU conformance suite (GDN_CASES cases) under each variant of GDN_MODES, with
 #      compute-sanitizer memcheck / racecheck / initcheck (GDN_SANITIZE_CASES cases) beside it;
@@ -11,7 +11,7 @@
 # Everything lands in $OUT: conformance_<variant>.json, decode_<variant>_<round>.json,
 # probe.json, run.log.
 # Environment: GDN_COMMIT, GDN_CASES (default 1000), GDN_SANITIZE_CASES (4), GDN_MODES (default
-# none), GDN_BENCH_MODES (default: all four variants).
+# none), GDN_BENCH_MODES (default: all three).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -20,7 +20,7 @@ mkdir -p "$BIN" && tar -C "$BIN" -xJf .carry-rec/rec.tar.xz || exit 3
 CASES=${GDN_CASES:-1000}
 SAN_CASES=${GDN_SANITIZE_CASES:-4}
 MODES=${GDN_MODES:-}
-BENCH_MODES=${GDN_BENCH_MODES:-direct:interleaved streaming:interleaved direct:blocked streaming:blocked}
+BENCH_MODES=${GDN_BENCH_MODES:-paired streaming direct}
 export GDN_COMMIT=${GDN_COMMIT:-unknown}
 LOG=$OUT/run.log
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
@@ -30,10 +30,10 @@ log "device: $DEVICE; commit $GDN_COMMIT; cases $CASES; conformance variants: ${
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 for variant in $MODES; do
-  export GDN_STREAM_WRITE_BACK=${variant%%:*} GDN_STREAM_ORDER=${variant##*:}
-  log "conformance ($CASES cases) + sanitizers ($SAN_CASES cases), GDN_STREAM_WRITE_BACK=$GDN_STREAM_WRITE_BACK GDN_STREAM_ORDER=$GDN_STREAM_ORDER"
-  mode=${variant/:/_}
-  export GDN_COMMAND="GDN_STREAM_WRITE_BACK=$GDN_STREAM_WRITE_BACK GDN_STREAM_ORDER=$GDN_STREAM_ORDER GDN_CASES=$CASES GDN_CONFORMANCE_JSON=conformance_$mode.json $BIN/cuda_gpu_tests (cuda/run_decode_h200.sh)"
+  export GDN_STREAM_WRITE_BACK=$variant
+  log "conformance ($CASES cases) + sanitizers ($SAN_CASES cases), GDN_STREAM_WRITE_BACK=$variant"
+  mode=$variant
+  export GDN_COMMAND="GDN_STREAM_WRITE_BACK=$variant GDN_CASES=$CASES GDN_CONFORMANCE_JSON=conformance_$mode.json $BIN/cuda_gpu_tests (cuda/run_decode_h200.sh)"
   ( GDN_CASES=$CASES GDN_CONFORMANCE_JSON=$OUT/conformance_$mode.json timeout 200 "$BIN/cuda_gpu_tests" -r compact \
       > "$OUT/conformance.log" 2>&1; echo "conformance exit $?" >> "$OUT/conformance.log" ) &
   for tool in memcheck racecheck initcheck; do
@@ -47,18 +47,18 @@ for variant in $MODES; do
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit|Invalid|Uninitialized|hazard" "$OUT/san_$tool.log" | head -12 | tee -a "$LOG"
   done
   rm -f "$OUT"/conformance.log "$OUT"/san_*.log
-  unset GDN_STREAM_WRITE_BACK GDN_STREAM_ORDER
+  unset GDN_STREAM_WRITE_BACK
 done
 
 FILTER='BM_copy|BM_decode/.*column_lanes:0/status:0/.*general:0'
 for round in 1 2; do
   for variant in $BENCH_MODES; do
-    wb=${variant%%:*} order=${variant##*:}
-    log "decode benchmark, GDN_STREAM_WRITE_BACK=$wb GDN_STREAM_ORDER=$order, round $round"
-    GDN_STREAM_WRITE_BACK=$wb GDN_STREAM_ORDER=$order \
-      GDN_COMMAND="GDN_STREAM_WRITE_BACK=$wb GDN_STREAM_ORDER=$order $BIN/cuda_bench_decode --benchmark_filter='$FILTER' (cuda/run_decode_h200.sh)" \
+    wb=$variant
+    log "decode benchmark, GDN_STREAM_WRITE_BACK=$wb, round $round"
+    GDN_STREAM_WRITE_BACK=$wb \
+      GDN_COMMAND="GDN_STREAM_WRITE_BACK=$wb $BIN/cuda_bench_decode --benchmark_filter='$FILTER' (cuda/run_decode_h200.sh)" \
       timeout 60 "$BIN/cuda_bench_decode" --benchmark_filter="$FILTER" \
-      --benchmark_out="$OUT/decode_${wb}_${order}_$round.json" --benchmark_out_format=json > "$OUT/bench.log" 2>&1
+      --benchmark_out="$OUT/decode_${wb}_$round.json" --benchmark_out_format=json > "$OUT/bench.log" 2>&1
     echo "bench exit $?" >> "$OUT/bench.log"
     grep -E "BM_decode/batch:(256|1024)|exit" "$OUT/bench.log" | sed -E 's/ +/ /g' | tee -a "$LOG"
   done
