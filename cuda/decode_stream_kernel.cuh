@@ -76,11 +76,6 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
 
 }  // namespace stream
 
-// Named barrier 1 + pair over the two consumer warps of one pair of V tiles.
-__device__ __forceinline__ void pair_sync(int pair) {
-  asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
-}
-
 template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK>
 __global__ void __launch_bounds__(kStreamMaxThreads, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
@@ -213,38 +208,9 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
         if (has_next) cur = next;
       }
       float* const slot_state = p.state_cache + (row * p.HV + j) * state_elems;
-      bool stored = false;
-      if constexpr (WRITE_BACK == kWriteBackPaired && ALIGNED && COL_LANES == 4) {
-        // V-major states already leave in whole lines (a lane's 4 rows are 16 contiguous bytes of
-        // one V row, 8 row lanes side by side); K-major ones go through the pair buffer, 32 rows
-        // at a time: each warp puts its 16 columns there, then the pair stores 32 rows x 128 bytes
-        // as whole lines. Double-buffered, so one barrier per 32 rows: a warp overwrites a buffer
-        // only after its partner has passed the next barrier, i.e. finished reading it.
-        if (p.has_hT && !p.v_major && consumers % 2 == 0) {
-          float* const pair_buffer = stages + std::int64_t(num_stages) * sp.stage_floats + (warp >> 1) * kStreamPairFloats;
-          const int half = warp & 1;
-          const int column0 = (warp >> 1) * 32;
-#pragma unroll
-          for (int m = 0; m < RPL / 4; ++m) {
-            float* const buffer = pair_buffer + (m & 1) * 1024;
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              *reinterpret_cast<float4*>(buffer + (4 * tl.rg + e) * 32 + half * 16 + 4 * tl.cg) =
-                  make_float4(st[4 * m + e][0], st[4 * m + e][1], st[4 * m + e][2], st[4 * m + e][3]);
-            pair_sync(warp >> 1);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int x = half * 32 + lane + 64 * q;  // float4 x of the 32 x 8 buffer
-              const int r = x >> 3, c = 4 * (x & 7);
-              const int k = 32 * m + r, v = column0 + c;
-              const float4 value = *reinterpret_cast<const float4*>(buffer + r * 32 + c);
-              if (k < p.K && v < p.V) __stcs(reinterpret_cast<float4*>(slot_state + std::int64_t(k) * p.V + v), value);
-            }
-          }
-          stored = true;
-        }
-      }
-      if (p.has_hT && !stored) tl.template store_state<WRITE_BACK != kWriteBackDirect>(slot_state, st);
+      // The .cs (evict-first) hint: the updated state is not read again in this launch; on the
+      // H200 it gave 1-2% of copy bandwidth (decode_variants_1f80662/, decode_variants_e4f2692/).
+      if (p.has_hT) tl.template store_state<WRITE_BACK != kWriteBackDirect>(slot_state, st);
     }
 
     if (next_item < last) {
@@ -257,11 +223,9 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
 // Launches one instance on a persistent grid: as many blocks as fit on the device at once
 // (at most one per item). Shared memory: header + stages * stage_floats * 4 bytes.
 template <auto Kernel>
-void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp, std::size_t extra_bytes,
-                          cudaStream_t stream) {
+void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
   const int threads = (params.num_tiles + 1) * 32;
-  const std::size_t smem =
-      kStreamHeaderBytes + std::size_t(sp.stages) * sp.stage_floats * sizeof(float) + extra_bytes;
+  const std::size_t smem = kStreamHeaderBytes + std::size_t(sp.stages) * sp.stage_floats * sizeof(float);
   const std::int64_t items = std::int64_t(params.N) * params.HV;
   // Blocks per SM for this (threads, smem), asked once per device and kept: the occupancy
   // query is not free and batch-1 decode is latency bound.
@@ -276,7 +240,7 @@ void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp,
     if (inserted) {
       // Once per device and shape: allow the largest request the stage ring can make.
       (void)cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(kStreamHeaderBytes + kStreamSmemBudget + extra_bytes));
+                                 int(kStreamHeaderBytes + kStreamSmemBudget));
       if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&at->second, Kernel, threads, smem) != cudaSuccess ||
           at->second < 1)
         at->second = 1;
@@ -290,21 +254,19 @@ void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp,
 
 template <class In, int COL_LANES, int RPL, int WRITE_BACK>
 void launch_stream_mode(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
-  const std::size_t extra = WRITE_BACK == kWriteBackPaired ? std::size_t(kStreamPairBytes) : 0;
   if (params.vector_k && params.vector_v)
-    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true, WRITE_BACK>>(params, sp, extra, stream);
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true, WRITE_BACK>>(params, sp, stream);
   else
-    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, false, WRITE_BACK>>(params, sp, extra, stream);
+    launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, false, WRITE_BACK>>(params, sp, stream);
 }
 
-// The write-back mode is a template parameter (as a runtime switch it cost the direct mode 20
-// bytes of spills at its 168-register cap). The modes exist for the default decode tile at
-// K = 128 (4 column lanes, 16 rows per lane), where they were measured; the other tiles write
-// back directly.
+// The write-back mode is a template parameter (as a runtime switch it cost 20 bytes of spills
+// at the 168-register cap). Streaming (.cs) stores are the default of the default decode tile at
+// K = 128 (4 column lanes, 16 rows per lane), where they were measured; GDN_STREAM_WRITE_BACK=
+// direct keeps plain stores there for comparison. The other tiles store plainly.
 template <class In, int COL_LANES, int RPL>
 void launch_stream_instance(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
   if constexpr (COL_LANES == 4 && RPL == 16) {
-    if (sp.write_back == kWriteBackPaired) return launch_stream_mode<In, 4, 16, kWriteBackPaired>(params, sp, stream);
     if (sp.write_back == kWriteBackStreaming) return launch_stream_mode<In, 4, 16, kWriteBackStreaming>(params, sp, stream);
   }
   launch_stream_mode<In, COL_LANES, RPL, kWriteBackDirect>(params, sp, stream);

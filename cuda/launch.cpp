@@ -187,14 +187,13 @@ detail::StreamParams stream_params_for(const Problem& p) {
   }();
   sp.l2_evict_first = evict_first ? 1 : 0;
   // Tuning switch for benchmarks only (same bits in every mode): GDN_STREAM_WRITE_BACK =
-  // paired (default) | streaming | direct (detail::StreamWriteBack).
+  // streaming (default) | direct (detail::StreamWriteBack).
   static const int write_back = [] {
     const char* env = std::getenv("GDN_STREAM_WRITE_BACK");
     const std::string mode = env != nullptr ? env : "";
-    if (mode == "streaming") return int(detail::kWriteBackStreaming);
+    if (mode.empty() || mode == "streaming") return int(detail::kWriteBackStreaming);
     if (mode == "direct") return int(detail::kWriteBackDirect);
-    if (mode.empty() || mode == "paired") return int(detail::kWriteBackPaired);
-    fail("GDN_STREAM_WRITE_BACK", "must be paired, streaming or direct, not '" + mode + "'");
+    fail("GDN_STREAM_WRITE_BACK", "must be streaming or direct, not '" + mode + "'");
   }();
   sp.write_back = write_back;
   int device = 0;

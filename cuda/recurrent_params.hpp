@@ -80,15 +80,11 @@ struct StreamParams {
 // reports/results/h200/decode_writeback_289a73a/): staging the state back through its stage
 // buffer for full-line stores (50% of copy) or one bulk store (60%), against 81-84% direct: both
 // hold the stage until the state has left, and the loads in flight are what the kernel lives on.
-// paired (the default of the default tile): the two warps of each pair of adjacent 16-column
-// tiles swap rows through a small shared buffer (kStreamPairBytes, beside the stages) and store
-// whole 128-byte lines with the .cs hint. The probe (BM_stream_probe, 1f80662) moved the same
-// data at 86% of copy with the per-lane pattern and 91-93% with full lines.
-enum StreamWriteBack : int { kWriteBackDirect = 0, kWriteBackStreaming = 1, kWriteBackPaired = 2 };
-// Per pair of consumer warps: two buffers (double-buffered rows) of 32 rows x 32 fp32 columns;
-// 4 pairs at V = 128.
-constexpr int kStreamPairFloats = 2 * 32 * 32;
-constexpr std::int64_t kStreamPairBytes = std::int64_t(kStreamMaxTiles / 2) * kStreamPairFloats * 4;
+// Also measured and dropped: pairs of warps swapping rows through a 32 KB shared buffer to store
+// whole 128-byte lines (e4f2692: 70-74% of copy; the probe, BM_stream_probe, moves the same data
+// at 86% with the per-lane pattern and 91-93% with whole lines, but the pair barriers and the
+// extra shared-memory round trip cost more than the lines gain).
+enum StreamWriteBack : int { kWriteBackDirect = 0, kWriteBackStreaming = 1 };
 
 bool launch_decode_stream(ElementType input, int column_lanes, int rows_per_lane, const RecurrentParams& params,
                           const StreamParams& stream_params, cudaStream_t stream);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call comparing variants of the streamed decode kernel (same bits in every variant), from
 # the repository root on the device machine. A variant is a write-back mode, GDN_STREAM_WRITE_BACK =
-# paired (default) | streaming | direct (cuda/launch.cpp, detail::StreamWriteBack).
+# streaming (default) | direct (cuda/launch.cpp, detail::StreamWriteBack).
 # Binaries: .carry-rec/rec.tar.xz (cuda/pack_recurrent.sh).
 #   1. the GPU conformance suite (GDN_CASES cases) under each variant of GDN_MODES, with
 #      compute-sanitizer memcheck / racecheck / initcheck (GDN_SANITIZE_CASES cases) beside it;
@@ -11,7 +11,7 @@
 # Everything lands in $OUT: conformance_<variant>.json, decode_<variant>_<round>.json,
 # probe.json, run.log.
 # Environment: GDN_COMMIT, GDN_CASES (default 1000), GDN_SANITIZE_CASES (4), GDN_MODES (default
-# none), GDN_BENCH_MODES (default: all three).
+# none), GDN_BENCH_MODES (default: both).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -20,7 +20,7 @@ mkdir -p "$BIN" && tar -C "$BIN" -xJf .carry-rec/rec.tar.xz || exit 3
 CASES=${GDN_CASES:-1000}
 SAN_CASES=${GDN_SANITIZE_CASES:-4}
 MODES=${GDN_MODES:-}
-BENCH_MODES=${GDN_BENCH_MODES:-paired streaming direct}
+BENCH_MODES=${GDN_BENCH_MODES:-streaming direct}
 export GDN_COMMIT=${GDN_COMMIT:-unknown}
 LOG=$OUT/run.log
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
