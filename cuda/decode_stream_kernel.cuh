@@ -16,7 +16,8 @@
 // the buffer at once (so the next load starts while they compute), run the general kernel's own
 // Tile code on it (same lane mapping, same reduction order: the same bits as the general
 // kernel, so decode == prefill bitwise at the same tile still holds), and write the updated state back to the
-// slot with plain vector stores straight from registers (posted writes: nothing to wait for).
+// slot with vector stores straight from registers (posted writes: nothing to wait for; evict-first
+// .cs at the default tile, see StreamWriteBack).
 // The first token of the block's next item is prefetched into registers during the current
 // one. No atomics, no inter-block communication: deterministic and batch invariant.
 #include <map>
