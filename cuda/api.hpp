@@ -129,6 +129,13 @@ int default_column_lanes(const Problem& problem, bool decode);
 // V <= 64). Host-only, no CUDA call.
 bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& options = {});
 
+// Whether that streamed launch uses its wide tile: 32 columns per warp with the bits of the
+// default (4 column lanes, 16 rows per lane) tile, so that K-major states are written back in
+// whole 128-byte lines. Where: the streamed kernel at the default tile of K in (64, 128], a
+// K-major state, V <= 128, K and V multiples of 4, one token per request; the environment
+// variable GDN_STREAM_TILE=narrow turns it off (benchmarks; the bits are the same). Host-only.
+bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& options = {});
+
 // The host-side checks alone (no CUDA call): what the launches run first.
 void validate_prefill(const Problem& problem, const DeviceTensors& tensors);
 void validate_decode(const Problem& problem, const DeviceTensors& tensors);

@@ -6,7 +6,8 @@
 // (mode "launch"), or around the replay of a CUDA graph holding the launch (mode "graph").
 // Args: batch, column_lanes (0 = default tile), status (1: the graph-safe state-index check
 // kernel runs first), graph (1: replay a captured graph), general (1: force the general kernel
-// where the streamed decode kernel applies; counter "streamed" says which one ran).
+// where the streamed decode kernel applies; counter "streamed" says which one ran), v_major (1: the
+// [N, HV, V, K] state layout of FlashInfer and recent vLLM / SGLang, spec §1 and §7).
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -24,8 +25,9 @@ namespace {
 using namespace gdn;
 using namespace gdn::cuda;
 
-Problem decode_problem(int batch) {
+Problem decode_problem(int batch, bool v_major) {
   Problem p = Problem::fixed_length(batch, 1, 16, 32, 128, 128);
+  p.state_layout = v_major ? StateLayout::v_major : StateLayout::k_major;
   p.input_dtype = DType::bf16;
   p.gate_dtype = DType::f32;
   p.use_qk_l2norm = true;
@@ -49,12 +51,14 @@ void BM_decode(benchmark::State& state) {
   const bool with_status = state.range(2) != 0;
   const bool graph_mode = state.range(3) != 0;
   options.general_decode = state.range(4) != 0;
-  const Problem p = decode_problem(batch);
-  // One device problem per batch for the whole process (a 1024-request cache is 2 GiB); the
-  // state keeps evolving from launch to launch, which is what decode does.
-  static std::map<int, std::unique_ptr<bench::DeviceProblem>> devices;
-  if (!devices[batch]) devices[batch] = std::make_unique<bench::DeviceProblem>(p, 42);
-  DeviceTensors t = devices[batch]->tensors();
+  const bool v_major = state.range(5) != 0;
+  const Problem p = decode_problem(batch, v_major);
+  // One device problem per (batch, layout) for the whole process (a 1024-request cache is
+  // 2 GiB; all of them ~9 GiB); the state keeps evolving from launch to launch, which is what decode does.
+  static std::map<std::pair<int, bool>, std::unique_ptr<bench::DeviceProblem>> devices;
+  auto& device = devices[{batch, v_major}];
+  if (!device) device = std::make_unique<bench::DeviceProblem>(p, 42);
+  DeviceTensors t = device->tensors();
   DeviceBuffer<int> status(1);
   if (with_status) t.status = status.data();
   cudaStream_t stream;
@@ -84,6 +88,7 @@ void BM_decode(benchmark::State& state) {
   }
   bench::report(state, total, state.iterations(), p, state_traffic_bytes(p));
   state.counters["batch"] = batch;
+  state.counters["v_major"] = v_major ? 1 : 0;
   state.counters["streamed"] = decode_uses_stream_kernel(p, options) ? 1 : 0;
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
@@ -138,14 +143,20 @@ BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
 // The default tile at every batch, plain and with the status check, launch and graph modes,
 // the streamed kernel and the general one.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+// The V-major layout at the default tile, streamed kernel, launch and graph modes.
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general"})
-    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major"})
+    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 

@@ -77,11 +77,18 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
 
 }  // namespace stream
 
-template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK>
-__global__ void __launch_bounds__(kStreamMaxThreads, 1)
+// SPLIT = 2 (the wide tile, see Tile): (COL_LANES, RPL) computes the bits of (COL_LANES / 2,
+// RPL / 2) with 32 columns per warp; MAX_THREADS bounds the block (one producer warp plus the
+// consumers), which sets the register cap: the SM's four register files hold 3 warps each at 9
+// warps (168 registers), 2 at 5 (255), and the wide tile's 128-float state needs the latter.
+template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK, int SPLIT = 1,
+          int MAX_THREADS = kStreamMaxThreads>
+__global__ void __launch_bounds__(MAX_THREADS, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
-  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/true>;
-  static_assert(RPL <= 16, "32 rows per lane spill here (see launch_stream_for_type)");
+  // The wide tile defers the token's masks and gates (registers allow it there); see Tile.
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/SPLIT == 1, SPLIT>;
+  static_assert(RPL <= 16 || MAX_THREADS <= 5 * 32,
+                "32 rows per lane spill at 9 warps (see launch_stream_for_type)");
   extern __shared__ __align__(128) unsigned char smem[];
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem);
   std::uint64_t* empty = full + kStreamMaxStages;
@@ -149,6 +156,46 @@ __global__ void __launch_bounds__(kStreamMaxThreads, 1)
   // itself (prefetched with the token, one item ahead): the producer and the consumers share
   // nothing but the staged states and the barriers.
   const int tile = warp;
+  if constexpr (SPLIT == 2) {
+    // The wide tile, one token per request (the host routes Ts == 1 here): nothing is carried
+    // from item to item. The token and the slot index are loaded before the stage wait, so
+    // their latency overlaps it, and they are the only registers live beside the state (a
+    // token prefetched one item ahead, as below, spilled 650 bytes at 255 registers).
+    int i = 0;
+    for (std::int64_t item = first; item < last; item += step, ++i) {
+      const int j = int(item % p.HV);
+      const std::int64_t n = item / p.HV;
+      const TileT tl(p, lane, tile, j);
+      Token<In, RPL> x;
+      tl.load_token(n, x);
+      const std::int64_t row = p.state_indices[n];
+      const bool in_range = row >= 0 && row < p.state_slots;
+      const int s = i % num_stages;
+      stream::wait(&full[s], unsigned(i / num_stages) & 1u);
+      float st[RPL][4];
+      if (in_range && p.has_h0) {
+        tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
+      } else {
+#pragma unroll
+        for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
+      }
+      __syncwarp();
+      if (lane == 0) stream::arrive(&empty[s]);
+      if (row == -1) {
+        const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
+        tl.store_o(n, zeros);
+        if (p.store_intermediate) tl.store_state(tl.intermediate_at(n), st);  // st is zero here
+      } else if (in_range) {
+        float o[4];
+        tl.step(x, st, o);
+        tl.store_o(n, o);
+        if (p.store_intermediate) tl.store_state(tl.intermediate_at(n), st);
+        float* const slot_state = p.state_cache + (row * p.HV + j) * state_elems;
+        if (p.has_hT) tl.template store_state<WRITE_BACK != kWriteBackDirect>(slot_state, st);
+      }
+    }
+    return;
+  }
   Token<In, RPL> cur;
   int cur_slot = -1;
   if (first < last) {
@@ -273,6 +320,17 @@ void launch_stream_instance(const RecurrentParams& params, const StreamParams& s
   launch_stream_mode<In, COL_LANES, RPL, kWriteBackDirect>(params, sp, stream);
 }
 
+// The wide tile (8 column lanes, 32 rows per lane, SPLIT = 2): the bits of the default (4, 16)
+// tile, K-major, K in (64, 128], V <= 128 (at most 4 consumer warps: 5 warps per block), K and V
+// multiples of 4 (launch.cpp, wide_stream_applies).
+template <class In>
+void launch_stream_wide(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
+  if (sp.write_back == kWriteBackStreaming)
+    launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackStreaming, 2, 5 * 32>>(params, sp, stream);
+  else
+    launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackDirect, 2, 5 * 32>>(params, sp, stream);
+}
+
 // The general kernel's (COL_LANES, RPL) set up to 16 rows per lane: at 32 the state alone is
 // 128 registers and, at the 168 registers that 9 warps per SM partition leave, it spills
 // (launch.cpp routes those to the general kernel).
@@ -283,6 +341,11 @@ bool launch_stream_for_type(int column_lanes, int rows_per_lane, const Recurrent
   if (column_lanes == CL && rows_per_lane == RPL) {            \
     launch_stream_instance<In, CL, RPL>(params, sp, stream);   \
     return true;                                               \
+  }
+  // (8, 32) is only the wide tile: the bits of (4, 16).
+  if (column_lanes == 8 && rows_per_lane == 32) {
+    launch_stream_wide<In>(params, sp, stream);
+    return true;
   }
   GDN_CASE(2, 4) GDN_CASE(2, 8) GDN_CASE(2, 16)
   GDN_CASE(4, 4) GDN_CASE(4, 8) GDN_CASE(4, 16)

@@ -224,12 +224,21 @@ struct Token {
 // default): on the H200, 1 x 8192 at the default tile went from 11.9 ms to 10.0 ms with deferred
 // masks and gates (ec1e122) and to 6.6 ms with step() masking k once and resolving the gates
 // before the dot products (6ce5611). Same values either way.
-template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false>
+// SPLIT = 2: the tile reproduces, bit for bit, the sums of the tile with half the column lanes
+// and twice the row lanes, (COL_LANES / 2, RPL / 2). Chunk m = 2 m' + h of lane rg here holds the
+// rows of chunk m' of that tile's lane rg + RL h; each lane keeps one partial sum per h, in that
+// lane's order, runs that tile's butterflies but its last (same lane bits, shifted by one), and
+// adds its two partials in place of the last (IEEE addition is commutative: both lanes of that
+// butterfly get the same bits). Why: a warp of the streamed decode kernel then owns 32 columns,
+// whole 128-byte lines of a K-major state, and its bits stay those of the default tile, so that
+// decode == prefill still holds bit for bit.
+template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false, int SPLIT = 1>
 struct Tile {
   static constexpr int RL = 32 / COL_LANES;  // row lanes
   static constexpr int BV = 4 * COL_LANES;   // columns per warp
   static constexpr int CHUNKS = RPL / 4;
   static_assert(RPL % 4 == 0, "rows per lane come in chunks of 4");
+  static_assert(SPLIT == 1 || (SPLIT == 2 && COL_LANES >= 4 && CHUNKS % 2 == 0), "SPLIT is 1, or 2 of an even tile");
 
   const RecurrentParams& p;
   int rg, cg, v0, h, j;
@@ -430,52 +439,71 @@ struct Tile {
     Raw4<In> kr[CHUNKS];
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) kr[m] = k_at(x, m);
-    float sk = 0.f, sq = 0.f, kq = 0.f;
-    float p1[4] = {0.f, 0.f, 0.f, 0.f}, p2[4] = {0.f, 0.f, 0.f, 0.f};
+    float sk[SPLIT], sq[SPLIT], kq[SPLIT], p1[SPLIT][4], p2[SPLIT][4];
+#pragma unroll
+    for (int h = 0; h < SPLIT; ++h) {
+      sk[h] = sq[h] = kq[h] = 0.f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) p1[h][c] = p2[h][c] = 0.f;
+    }
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
+      const int h = m % SPLIT;
       float k[4], q[4];
       kr[m].unpack(k);
       q_at(x, m).unpack(q);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 4 * m + e;
-        sk = fmaf(k[e], k[e], sk);
-        sq = fmaf(q[e], q[e], sq);
-        kq = fmaf(k[e], q[e], kq);
+        sk[h] = fmaf(k[e], k[e], sk[h]);
+        sq[h] = fmaf(q[e], q[e], sq[h]);
+        kq[h] = fmaf(k[e], q[e], kq[h]);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          p1[c] = fmaf(s[i][c], k[e], p1[c]);
-          p2[c] = fmaf(s[i][c], q[e], p2[c]);
+          p1[h][c] = fmaf(s[i][c], k[e], p1[h][c]);
+          p2[h][c] = fmaf(s[i][c], q[e], p2[h][c]);
         }
       }
     }
 #pragma unroll
     for (int offset = COL_LANES; offset < 32; offset <<= 1) {
-      sk += __shfl_xor_sync(0xffffffffu, sk, offset);
-      sq += __shfl_xor_sync(0xffffffffu, sq, offset);
-      kq += __shfl_xor_sync(0xffffffffu, kq, offset);
+#pragma unroll
+      for (int h = 0; h < SPLIT; ++h) {
+        sk[h] += __shfl_xor_sync(0xffffffffu, sk[h], offset);
+        sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], offset);
+        kq[h] += __shfl_xor_sync(0xffffffffu, kq[h], offset);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          p1[h][c] += __shfl_xor_sync(0xffffffffu, p1[h][c], offset);
+          p2[h][c] += __shfl_xor_sync(0xffffffffu, p2[h][c], offset);
+        }
+      }
+    }
+    if constexpr (SPLIT == 2) {
+      sk[0] += sk[1];
+      sq[0] += sq[1];
+      kq[0] += kq[1];
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        p1[c] += __shfl_xor_sync(0xffffffffu, p1[c], offset);
-        p2[c] += __shfl_xor_sync(0xffffffffu, p2[c], offset);
+        p1[0][c] += p1[1][c];
+        p2[0][c] += p2[1][c];
       }
     }
     float ik = 1.f, iq = 1.f;
     if (p.l2norm) {
-      ik = 1.f / sqrtf(sk + 1e-6f);
-      iq = 1.f / sqrtf(sq + 1e-6f);
+      ik = 1.f / sqrtf(sk[0] + 1e-6f);
+      iq = 1.f / sqrtf(sq[0] + 1e-6f);
     }
     const float alpha = expf(g);
     const float qs = p.scale * iq;
-    const float kqs = kq * ik * qs;
+    const float kqs = kq[0] * ik * qs;
     float v[4], u[4];
     if constexpr (ALIGNED && !EAGER) masked(x.v, v0 < p.V).unpack(v);
     else x.v.unpack(v);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      u[c] = beta * (v[c] - alpha * (p1[c] * ik));
-      o[c] = alpha * (p2[c] * qs) + kqs * u[c];
+      u[c] = beta * (v[c] - alpha * (p1[0][c] * ik));
+      o[c] = alpha * (p2[0][c] * qs) + kqs * u[c];
     }
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU call comparing variants of the streamed decode kernel (same bits in every variant), from
-# the repository root on the device machine. A variant is a write-back mode, GDN_STREAM_WRITE_BACK =
-# streaming (default) | direct (cuda/launch.cpp, detail::StreamWriteBack).
+# the repository root on the device machine. A variant is a comma-separated list of tuning
+# switches, VAR=value,... (cuda/launch.cpp): GDN_STREAM_TILE = wide (default) | narrow,
+# GDN_STREAM_WRITE_BACK = streaming (default) | direct; it is named by its values joined by '_'.
 # Binaries: .carry-rec/rec.tar.xz (cuda/pack_recurrent.sh).
 #   1. the GPU conformance suite (GDN_CASES cases) under each variant of GDN_MODES, with
 #      compute-sanitizer memcheck / racecheck / initcheck (GDN_SANITIZE_CASES cases) beside it;
@@ -11,7 +12,7 @@
 # Everything lands in $OUT: conformance_<variant>.json, decode_<variant>_<round>.json,
 # probe.json, run.log.
 # Environment: GDN_COMMIT, GDN_CASES (default 1000), GDN_SANITIZE_CASES (4), GDN_MODES (default
-# none), GDN_BENCH_MODES (default: both).
+# none), GDN_BENCH_MODES (default: GDN_STREAM_TILE=wide GDN_STREAM_TILE=narrow).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -20,7 +21,10 @@ mkdir -p "$BIN" && tar -C "$BIN" -xJf .carry-rec/rec.tar.xz || exit 3
 CASES=${GDN_CASES:-1000}
 SAN_CASES=${GDN_SANITIZE_CASES:-4}
 MODES=${GDN_MODES:-}
-BENCH_MODES=${GDN_BENCH_MODES:-streaming direct}
+BENCH_MODES=${GDN_BENCH_MODES:-GDN_STREAM_TILE=wide GDN_STREAM_TILE=narrow}
+# "A=x,B=y" -> name x_y, assignments "A=x B=y"
+name_of() { echo "$1" | tr ',' '\n' | sed 's/^[^=]*=//' | paste -sd_; }
+env_of() { echo "$1" | tr ',' ' '; }
 export GDN_COMMIT=${GDN_COMMIT:-unknown}
 LOG=$OUT/run.log
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
@@ -30,10 +34,11 @@ log "device: $DEVICE; commit $GDN_COMMIT; cases $CASES; conformance variants: ${
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
 for variant in $MODES; do
-  export GDN_STREAM_WRITE_BACK=$variant
-  log "conformance ($CASES cases) + sanitizers ($SAN_CASES cases), GDN_STREAM_WRITE_BACK=$variant"
-  mode=$variant
-  export GDN_COMMAND="GDN_STREAM_WRITE_BACK=$variant GDN_CASES=$CASES GDN_CONFORMANCE_JSON=conformance_$mode.json $BIN/cuda_gpu_tests (cuda/run_decode_h200.sh)"
+  mode=$(name_of "$variant")
+  assignments=$(env_of "$variant")
+  export $assignments
+  log "conformance ($CASES cases) + sanitizers ($SAN_CASES cases), $assignments"
+  export GDN_COMMAND="$assignments GDN_CASES=$CASES GDN_CONFORMANCE_JSON=conformance_$mode.json $BIN/cuda_gpu_tests (cuda/run_decode_h200.sh)"
   ( GDN_CASES=$CASES GDN_CONFORMANCE_JSON=$OUT/conformance_$mode.json timeout 200 "$BIN/cuda_gpu_tests" -r compact \
       > "$OUT/conformance.log" 2>&1; echo "conformance exit $?" >> "$OUT/conformance.log" ) &
   for tool in memcheck racecheck initcheck; do
@@ -47,17 +52,18 @@ for variant in $MODES; do
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit|Invalid|Uninitialized|hazard" "$OUT/san_$tool.log" | head -12 | tee -a "$LOG"
   done
   rm -f "$OUT"/conformance.log "$OUT"/san_*.log
-  unset GDN_STREAM_WRITE_BACK
+  for a in $assignments; do unset "${a%%=*}"; done
 done
 
 FILTER='BM_copy|BM_decode/.*column_lanes:0/status:0/.*general:0'
 for round in 1 2; do
   for variant in $BENCH_MODES; do
-    wb=$variant
-    log "decode benchmark, GDN_STREAM_WRITE_BACK=$wb, round $round"
-    GDN_STREAM_WRITE_BACK=$wb \
-      GDN_COMMAND="GDN_STREAM_WRITE_BACK=$wb $BIN/cuda_bench_decode --benchmark_filter='$FILTER' (cuda/run_decode_h200.sh)" \
-      timeout 60 "$BIN/cuda_bench_decode" --benchmark_filter="$FILTER" \
+    wb=$(name_of "$variant")
+    assignments=$(env_of "$variant")
+    log "decode benchmark, $assignments, round $round"
+    env $assignments \
+      GDN_COMMAND="$assignments $BIN/cuda_bench_decode --benchmark_filter='$FILTER' (cuda/run_decode_h200.sh)" \
+      timeout 90 "$BIN/cuda_bench_decode" --benchmark_filter="$FILTER" \
       --benchmark_out="$OUT/decode_${wb}_$round.json" --benchmark_out_format=json > "$OUT/bench.log" 2>&1
     echo "bench exit $?" >> "$OUT/bench.log"
     grep -E "BM_decode/batch:(256|1024)|exit" "$OUT/bench.log" | sed -E 's/ +/ /g' | tee -a "$LOG"
