@@ -81,8 +81,42 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
 // RPL / 2) with 32 columns per warp; MAX_THREADS bounds the block (one producer warp plus the
 // consumers), which sets the register cap: the SM's four register files hold 3 warps each at 9
 // warps (168 registers), 2 at 5 (255), and the wide tile's 128-float state needs the latter.
+// PARTS = 2: each state is staged as two halves of its K * V block, in two ring slots, so that a
+// consumer releases the first half as soon as it has read it (aligned tiles only).
+template <int PARTS, class TileT, int RPL>
+__device__ __forceinline__ void take_state(const TileT& tl, int i, bool load, const float* stages,
+                                           const StreamParams& sp, std::uint64_t* full, std::uint64_t* empty,
+                                           int lane, float st[RPL][4]) {
+  if constexpr (PARTS == 1) {
+    const int s = i % sp.stages;
+    stream::wait(&full[s], unsigned(i / sp.stages) & 1u);
+    if (load) {
+      tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
+    } else {
+#pragma unroll
+      for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
+    }
+    // The slice is in registers (the arrive releases the reads before it): the buffer can
+    // take the next load while this warp computes.
+    __syncwarp();
+    if (lane == 0) stream::arrive(&empty[s]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
+#pragma unroll
+    for (int h = 0; h < PARTS; ++h) {
+      const int u = i * PARTS + h;
+      const int s = u % sp.stages;
+      stream::wait(&full[s], unsigned(u / sp.stages) & 1u);
+      if (load) tl.load_state_part(stages + std::int64_t(s) * sp.stage_floats, h, sp.part_floats, st);
+      __syncwarp();
+      if (lane == 0) stream::arrive(&empty[s]);
+    }
+  }
+}
+
 template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK, int SPLIT = 1,
-          int MAX_THREADS = kStreamMaxThreads>
+          int MAX_THREADS = kStreamMaxThreads, int PARTS = 1>
 __global__ void __launch_bounds__(MAX_THREADS, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
   // The wide tile defers the token's masks and gates (registers allow it there); see Tile.
@@ -132,19 +166,24 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
       }
       const int slot = __shfl_sync(0xffffffffu, slots, i & 31);
       if (lane == 0) {
-        const int s = i % num_stages;
-        if (i >= num_stages) stream::wait(&empty[s], unsigned((i / num_stages) - 1) & 1u);
-        // Padding (-1) and out-of-range slots read nothing (the latter are errors reported by
-        // the status pre-pass or the host check; never touch memory through them).
-        if (p.has_h0 && slot >= 0 && slot < p.state_slots) {
-          const int j = int(item % p.HV);
-          stream::arrive_expect_tx(&full[s], sp.state_bytes);
-          float* dst = stages + std::int64_t(s) * sp.stage_floats;
-          const float* src = p.state_cache + (std::int64_t(slot) * p.HV + j) * state_elems;
-          if (sp.l2_evict_first) stream::bulk_load_evict_first(dst, src, sp.state_bytes, &full[s]);
-          else stream::bulk_load(dst, src, sp.state_bytes, &full[s]);
-        } else {
-          stream::arrive(&full[s]);
+#pragma unroll
+        for (int h = 0; h < PARTS; ++h) {
+          const int u = i * PARTS + h;
+          const int s = u % num_stages;
+          if (u >= num_stages) stream::wait(&empty[s], unsigned((u / num_stages) - 1) & 1u);
+          // Padding (-1) and out-of-range slots read nothing (the latter are errors reported by
+          // the status pre-pass or the host check; never touch memory through them).
+          if (p.has_h0 && slot >= 0 && slot < p.state_slots) {
+            const int j = int(item % p.HV);
+            stream::arrive_expect_tx(&full[s], sp.part_bytes);
+            float* dst = stages + std::int64_t(s) * sp.stage_floats;
+            const float* src =
+                p.state_cache + (std::int64_t(slot) * p.HV + j) * state_elems + std::int64_t(h) * sp.part_floats;
+            if (sp.l2_evict_first) stream::bulk_load_evict_first(dst, src, sp.part_bytes, &full[s]);
+            else stream::bulk_load(dst, src, sp.part_bytes, &full[s]);
+          } else {
+            stream::arrive(&full[s]);
+          }
         }
       }
       __syncwarp();
@@ -170,17 +209,8 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
       tl.load_token(n, x);
       const std::int64_t row = p.state_indices[n];
       const bool in_range = row >= 0 && row < p.state_slots;
-      const int s = i % num_stages;
-      stream::wait(&full[s], unsigned(i / num_stages) & 1u);
       float st[RPL][4];
-      if (in_range && p.has_h0) {
-        tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
-      } else {
-#pragma unroll
-        for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
-      }
-      __syncwarp();
-      if (lane == 0) stream::arrive(&empty[s]);
+      take_state<PARTS, TileT, RPL>(tl, i, in_range && p.has_h0, stages, sp, full, empty, lane, st);
       if (row == -1) {
         const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
         tl.store_o(n, zeros);
@@ -210,22 +240,10 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
     const int n = int(item / p.HV);
     const TileT tl(p, lane, tile, j);
     const std::int64_t bos = std::int64_t(n) * ts, eos = bos + ts;
-    const int s = i % num_stages;
-    stream::wait(&full[s], unsigned(i / num_stages) & 1u);
     const std::int64_t row = cur_slot;
     const bool in_range = row >= 0 && row < p.state_slots;
-
     float st[RPL][4];
-    if (in_range && p.has_h0) {
-      tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
-    } else {
-#pragma unroll
-      for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
-    }
-    // The slice is in registers (the arrive releases the reads before it): the buffer can
-    // take the next load while this warp computes.
-    __syncwarp();
-    if (lane == 0) stream::arrive(&empty[s]);
+    take_state<PARTS, TileT, RPL>(tl, i, in_range && p.has_h0, stages, sp, full, empty, lane, st);
 
     Token<In, RPL> upcoming;
     int upcoming_slot = -1;
@@ -312,9 +330,14 @@ void launch_stream_mode(const RecurrentParams& params, const StreamParams& sp, c
 // at the 168-register cap). Streaming (.cs) stores are the default of the default decode tile at
 // K = 128 (4 column lanes, 16 rows per lane), where they were measured; GDN_STREAM_WRITE_BACK=
 // direct keeps plain stores there for comparison. The other tiles store plainly.
+// Two-part staging (sp.parts == 2, launch.cpp stream_params_for) exists at the default tile,
+// aligned, with streaming stores.
 template <class In, int COL_LANES, int RPL>
 void launch_stream_instance(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
   if constexpr (COL_LANES == 4 && RPL == 16) {
+    if (sp.parts == 2)
+      return launch_stream_kernel<decode_stream_kernel<In, 4, 16, true, kWriteBackStreaming, 1, kStreamMaxThreads, 2>>(
+          params, sp, stream);
     if (sp.write_back == kWriteBackStreaming) return launch_stream_mode<In, 4, 16, kWriteBackStreaming>(params, sp, stream);
   }
   launch_stream_mode<In, COL_LANES, RPL, kWriteBackDirect>(params, sp, stream);
@@ -325,7 +348,9 @@ void launch_stream_instance(const RecurrentParams& params, const StreamParams& s
 // multiples of 4 (launch.cpp, wide_stream_applies).
 template <class In>
 void launch_stream_wide(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
-  if (sp.write_back == kWriteBackStreaming)
+  if (sp.parts == 2)
+    launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackStreaming, 2, 5 * 32, 2>>(params, sp, stream);
+  else if (sp.write_back == kWriteBackStreaming)
     launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackStreaming, 2, 5 * 32>>(params, sp, stream);
   else
     launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackDirect, 2, 5 * 32>>(params, sp, stream);

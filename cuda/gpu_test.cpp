@@ -234,35 +234,40 @@ TEST_CASE("decode over T steps equals the prefill over the same T tokens, bit fo
   CHECK(failures == 0);
 }
 
-TEST_CASE("the streamed decode's wide tile gives the bits of the default tile", "[gpu]") {
-  // decode_stream_kernel.cuh, launch_stream_wide: 32 columns per warp computing the sums of the
-  // (4, 16) tile in that tile's order. Compared with the general kernel at the default tile
-  // (options.general_decode), over shapes where the wide tile applies: K in (64, 128], V <= 128,
-  // K-major, one token per request; padding slots, missing h0 / hT and intermediate states as
-  // the random decode cases draw them.
+TEST_CASE("the streamed decode at the default tile gives the general kernel's bits", "[gpu]") {
+  // decode_stream_kernel.cuh: the wide tile (32 columns per warp computing the sums of the
+  // (4, 16) tile in that tile's order; K-major, one token per request) and two-part staging (a
+  // state of >= 32 KiB read from two ring slots, either tile, either layout). Compared with the
+  // general kernel at the default tile (options.general_decode) over K in (64, 128], V <= 128:
+  // every third case K-major with one token (the wide tile), the others V-major or 2-3 tokens
+  // (the (4, 16) tile); padding slots, missing h0 / hT and intermediate states as the random
+  // decode cases draw them.
   DecodeKernel streamed;
   LaunchOptions general_options;
   general_options.general_decode = true;
   KernelAdapter general(Entry::decode, IndexType::i32, general_options);
   const char* tile_env = std::getenv("GDN_STREAM_TILE");
   const bool wide_on = tile_env == nullptr || std::string(tile_env) == "wide";
-  std::mt19937_64 rng(seed_for("cuda.decode", "wide_tile_equals_default_tile"));
-  const int cases = std::max(4, case_count() / 10);
+  std::mt19937_64 rng(seed_for("cuda.decode", "streamed_default_tile_equals_general"));
+  const int cases = std::max(6, case_count() / 10);
   int failures = 0;
   for (int i = 0; i < cases; ++i) {
     KernelCase c = random_decode_case(rng);
     Problem& p = c.problem;
     p.K = std::vector<int>{68, 96, 100, 124, 128, 128, 128}[rng() % 7];
-    p.V = std::vector<int>{4, 32, 60, 100, 128, 128}[rng() % 6];
-    p.state_layout = StateLayout::k_major;
-    const Problem shape = Problem::fixed_length(p.N(), 1, p.H, p.HV, p.K, p.V);
+    p.V = std::vector<int>{4, 32, 60, 64, 100, 128, 128, 128}[rng() % 8];
+    const bool wide_case = i % 3 == 0;
+    p.state_layout = wide_case || rng() % 2 == 0 ? StateLayout::k_major : StateLayout::v_major;
+    const std::int64_t tokens = wide_case || p.state_layout == StateLayout::v_major ? 1 : 2 + std::int64_t(rng() % 2);
+    const Problem shape = Problem::fixed_length(p.N(), tokens, p.H, p.HV, p.K, p.V);
     p.cu_seqlens = shape.cu_seqlens;
     p.T = shape.T;
-    if (wide_on) REQUIRE(decode_uses_wide_stream_tile(p));
+    REQUIRE(decode_uses_stream_kernel(p));
+    REQUIRE(decode_uses_wide_stream_tile(p) == (wide_on && wide_case));
     const Inputs inputs = c.inputs();
     const bool same = outputs_bits_equal(streamed.run(p, inputs), general.run(p, inputs));
-    Tally::instance().add("cuda.decode", "wide_tile_equals_default_tile", true, !same);
-    if (!same && ++failures <= kMaxReported) FAIL_CHECK("wide tile != default tile: " << c.describe());
+    Tally::instance().add("cuda.decode", "streamed_default_tile_equals_general", true, !same);
+    if (!same && ++failures <= kMaxReported) FAIL_CHECK("streamed != general kernel: " << c.describe());
   }
   CHECK(failures == 0);
 }
