@@ -77,46 +77,39 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
 
 }  // namespace stream
 
+// L2 prefetch of token t of value head j (one lane per 128-byte line; lanes 0-7: q, 8-15: k,
+// 16-23: v, 24 and 25: the two gate inputs; addresses stay inside the rows, rows up to 1 KiB).
+template <class In>
+__device__ __forceinline__ void prefetch_token(const RecurrentParams& p, std::int64_t t, int j, int lane) {
+  const int h = j / p.group;
+  const char* row = nullptr;
+  int bytes = 0;
+  const int part = lane >> 3, line = lane & 7;
+  const int gate_bytes = p.gate_type == int(ElementType::f32) ? 4 : 2;
+  if (part == 0) {
+    row = static_cast<const char*>(p.q) + (t * p.H + h) * p.K * std::int64_t(sizeof(In));
+    bytes = p.K * int(sizeof(In));
+  } else if (part == 1) {
+    row = static_cast<const char*>(p.k) + (t * p.H + h) * p.K * std::int64_t(sizeof(In));
+    bytes = p.K * int(sizeof(In));
+  } else if (part == 2) {
+    row = static_cast<const char*>(p.v) + (t * p.HV + j) * p.V * std::int64_t(sizeof(In));
+    bytes = p.V * int(sizeof(In));
+  } else if (line < 2) {
+    const void* gate = line == 0 ? (p.fused_gates ? p.a : p.g) : (p.fused_gates ? p.b : p.beta);
+    row = static_cast<const char*>(gate) + (t * p.HV + j) * gate_bytes;
+    bytes = gate_bytes;
+  }
+  const int offset = part < 3 ? 128 * line : 0;
+  if (row != nullptr && offset < bytes) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + offset));
+}
+
 // SPLIT = 2 (the wide tile, see Tile): (COL_LANES, RPL) computes the bits of (COL_LANES / 2,
 // RPL / 2) with 32 columns per warp; MAX_THREADS bounds the block (one producer warp plus the
 // consumers), which sets the register cap: the SM's four register files hold 3 warps each at 9
 // warps (168 registers), 2 at 5 (255), and the wide tile's 128-float state needs the latter.
-// PARTS = 2: each state is staged as two halves of its K * V block, in two ring slots, so that a
-// consumer releases the first half as soon as it has read it (aligned tiles only).
-template <int PARTS, class TileT, int RPL>
-__device__ __forceinline__ void take_state(const TileT& tl, int i, bool load, const float* stages,
-                                           const StreamParams& sp, std::uint64_t* full, std::uint64_t* empty,
-                                           int lane, float st[RPL][4]) {
-  if constexpr (PARTS == 1) {
-    const int s = i % sp.stages;
-    stream::wait(&full[s], unsigned(i / sp.stages) & 1u);
-    if (load) {
-      tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
-    } else {
-#pragma unroll
-      for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
-    }
-    // The slice is in registers (the arrive releases the reads before it): the buffer can
-    // take the next load while this warp computes.
-    __syncwarp();
-    if (lane == 0) stream::arrive(&empty[s]);
-  } else {
-#pragma unroll
-    for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
-#pragma unroll
-    for (int h = 0; h < PARTS; ++h) {
-      const int u = i * PARTS + h;
-      const int s = u % sp.stages;
-      stream::wait(&full[s], unsigned(u / sp.stages) & 1u);
-      if (load) tl.load_state_part(stages + std::int64_t(s) * sp.stage_floats, h, sp.part_floats, st);
-      __syncwarp();
-      if (lane == 0) stream::arrive(&empty[s]);
-    }
-  }
-}
-
 template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK, int SPLIT = 1,
-          int MAX_THREADS = kStreamMaxThreads, int PARTS = 1>
+          int MAX_THREADS = kStreamMaxThreads>
 __global__ void __launch_bounds__(MAX_THREADS, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
   // The wide tile defers the token's masks and gates (registers allow it there); see Tile.
@@ -166,24 +159,19 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
       }
       const int slot = __shfl_sync(0xffffffffu, slots, i & 31);
       if (lane == 0) {
-#pragma unroll
-        for (int h = 0; h < PARTS; ++h) {
-          const int u = i * PARTS + h;
-          const int s = u % num_stages;
-          if (u >= num_stages) stream::wait(&empty[s], unsigned((u / num_stages) - 1) & 1u);
-          // Padding (-1) and out-of-range slots read nothing (the latter are errors reported by
-          // the status pre-pass or the host check; never touch memory through them).
-          if (p.has_h0 && slot >= 0 && slot < p.state_slots) {
-            const int j = int(item % p.HV);
-            stream::arrive_expect_tx(&full[s], sp.part_bytes);
-            float* dst = stages + std::int64_t(s) * sp.stage_floats;
-            const float* src =
-                p.state_cache + (std::int64_t(slot) * p.HV + j) * state_elems + std::int64_t(h) * sp.part_floats;
-            if (sp.l2_evict_first) stream::bulk_load_evict_first(dst, src, sp.part_bytes, &full[s]);
-            else stream::bulk_load(dst, src, sp.part_bytes, &full[s]);
-          } else {
-            stream::arrive(&full[s]);
-          }
+        const int s = i % num_stages;
+        if (i >= num_stages) stream::wait(&empty[s], unsigned((i / num_stages) - 1) & 1u);
+        // Padding (-1) and out-of-range slots read nothing (the latter are errors reported by
+        // the status pre-pass or the host check; never touch memory through them).
+        if (p.has_h0 && slot >= 0 && slot < p.state_slots) {
+          const int j = int(item % p.HV);
+          stream::arrive_expect_tx(&full[s], sp.state_bytes);
+          float* dst = stages + std::int64_t(s) * sp.stage_floats;
+          const float* src = p.state_cache + (std::int64_t(slot) * p.HV + j) * state_elems;
+          if (sp.l2_evict_first) stream::bulk_load_evict_first(dst, src, sp.state_bytes, &full[s]);
+          else stream::bulk_load(dst, src, sp.state_bytes, &full[s]);
+        } else {
+          stream::arrive(&full[s]);
         }
       }
       __syncwarp();
@@ -200,17 +188,30 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
     // from item to item. The token and the slot index are loaded before the stage wait, so
     // their latency overlaps it, and they are the only registers live beside the state (a
     // token prefetched one item ahead, as below, spilled 650 bytes at 255 registers).
+    // The next item's token is only prefetched into L2 (by the first consumer warp): a copy
+    // in registers would spill.
     int i = 0;
     for (std::int64_t item = first; item < last; item += step, ++i) {
       const int j = int(item % p.HV);
       const std::int64_t n = item / p.HV;
       const TileT tl(p, lane, tile, j);
+      if (tile == 0 && item + step < last)
+        prefetch_token<In>(p, (item + step) / p.HV, int((item + step) % p.HV), lane);
       Token<In, RPL> x;
       tl.load_token(n, x);
       const std::int64_t row = p.state_indices[n];
       const bool in_range = row >= 0 && row < p.state_slots;
+      const int s = i % num_stages;
+      stream::wait(&full[s], unsigned(i / num_stages) & 1u);
       float st[RPL][4];
-      take_state<PARTS, TileT, RPL>(tl, i, in_range && p.has_h0, stages, sp, full, empty, lane, st);
+      if (in_range && p.has_h0) {
+        tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
+      } else {
+#pragma unroll
+        for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
+      }
+      __syncwarp();
+      if (lane == 0) stream::arrive(&empty[s]);
       if (row == -1) {
         const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
         tl.store_o(n, zeros);
@@ -240,10 +241,22 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
     const int n = int(item / p.HV);
     const TileT tl(p, lane, tile, j);
     const std::int64_t bos = std::int64_t(n) * ts, eos = bos + ts;
+    const int s = i % num_stages;
+    stream::wait(&full[s], unsigned(i / num_stages) & 1u);
     const std::int64_t row = cur_slot;
     const bool in_range = row >= 0 && row < p.state_slots;
+
     float st[RPL][4];
-    take_state<PARTS, TileT, RPL>(tl, i, in_range && p.has_h0, stages, sp, full, empty, lane, st);
+    if (in_range && p.has_h0) {
+      tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
+    } else {
+#pragma unroll
+      for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
+    }
+    // The slice is in registers (the arrive releases the reads before it): the buffer can
+    // take the next load while this warp computes.
+    __syncwarp();
+    if (lane == 0) stream::arrive(&empty[s]);
 
     Token<In, RPL> upcoming;
     int upcoming_slot = -1;
@@ -330,14 +343,9 @@ void launch_stream_mode(const RecurrentParams& params, const StreamParams& sp, c
 // at the 168-register cap). Streaming (.cs) stores are the default of the default decode tile at
 // K = 128 (4 column lanes, 16 rows per lane), where they were measured; GDN_STREAM_WRITE_BACK=
 // direct keeps plain stores there for comparison. The other tiles store plainly.
-// Two-part staging (sp.parts == 2, launch.cpp stream_params_for) exists at the default tile,
-// aligned, with streaming stores.
 template <class In, int COL_LANES, int RPL>
 void launch_stream_instance(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
   if constexpr (COL_LANES == 4 && RPL == 16) {
-    if (sp.parts == 2)
-      return launch_stream_kernel<decode_stream_kernel<In, 4, 16, true, kWriteBackStreaming, 1, kStreamMaxThreads, 2>>(
-          params, sp, stream);
     if (sp.write_back == kWriteBackStreaming) return launch_stream_mode<In, 4, 16, kWriteBackStreaming>(params, sp, stream);
   }
   launch_stream_mode<In, COL_LANES, RPL, kWriteBackDirect>(params, sp, stream);
@@ -348,9 +356,7 @@ void launch_stream_instance(const RecurrentParams& params, const StreamParams& s
 // multiples of 4 (launch.cpp, wide_stream_applies).
 template <class In>
 void launch_stream_wide(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
-  if (sp.parts == 2)
-    launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackStreaming, 2, 5 * 32, 2>>(params, sp, stream);
-  else if (sp.write_back == kWriteBackStreaming)
+  if (sp.write_back == kWriteBackStreaming)
     launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackStreaming, 2, 5 * 32>>(params, sp, stream);
   else
     launch_stream_kernel<decode_stream_kernel<In, 8, 32, true, kWriteBackDirect, 2, 5 * 32>>(params, sp, stream);

@@ -236,8 +236,8 @@ TEST_CASE("decode over T steps equals the prefill over the same T tokens, bit fo
 
 TEST_CASE("the streamed decode at the default tile gives the general kernel's bits", "[gpu]") {
   // decode_stream_kernel.cuh: the wide tile (32 columns per warp computing the sums of the
-  // (4, 16) tile in that tile's order; K-major, one token per request) and two-part staging (a
-  // state of >= 32 KiB read from two ring slots, either tile, either layout). Compared with the
+  // (4, 16) tile in that tile's order; K-major, one token per request) and the (4, 16) tile in
+  // the streamed kernel (either layout, 1-3 tokens). Compared with the
   // general kernel at the default tile (options.general_decode) over K in (64, 128], V <= 128:
   // every third case K-major with one token (the wide tile), the others V-major or 2-3 tokens
   // (the (4, 16) tile); padding slots, missing h0 / hT and intermediate states as the random

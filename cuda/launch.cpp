@@ -187,21 +187,14 @@ bool wide_stream_applies(const Problem& p, int column_lanes, int rows_per_lane) 
 }
 
 // Stages: as many as the shared-memory budget holds (at most kStreamMaxStages), at least 2.
-// default_tile: the launch runs the default (4, 16) tile or the wide one, aligned (K and V
-// multiples of 4), where two-part staging exists.
-detail::StreamParams stream_params_for(const Problem& p, bool default_tile) {
+detail::StreamParams stream_params_for(const Problem& p) {
   detail::StreamParams sp{};
-  // Tuning switch for benchmarks only (same bits): GDN_STREAM_PARTS = 2 (default) | 1, ring
-  // slots per state where two-part staging applies (a state of at least 32 KiB, split in two
-  // halves of a multiple of 16 bytes).
-  static const int parts_wanted = [] {
-    const char* env = std::getenv("GDN_STREAM_PARTS");
-    const std::string mode = env != nullptr ? env : "";
-    if (mode.empty() || mode == "2") return 2;
-    if (mode == "1") return 1;
-    fail("GDN_STREAM_PARTS", "must be 1 or 2, not '" + mode + "'");
-  }();
   const std::int64_t state_bytes = std::int64_t(p.K) * p.V * 4;
+  const std::int64_t stride_bytes = (state_bytes + 127) / 128 * 128;
+  sp.state_bytes = static_cast<unsigned>(state_bytes);
+  sp.stage_floats = static_cast<int>(stride_bytes / 4);
+  sp.stages = static_cast<int>(std::clamp<std::int64_t>(detail::kStreamSmemBudget / stride_bytes, 2,
+                                                         detail::kStreamMaxStages));
   // Tuning switch for benchmarks only (no effect on the bits): GDN_STREAM_L2_HINT=1 gives the
   // state loads an L2 evict-first policy. Off by default: on the H200 it cost 2-4% of
   // bandwidth at 256 and 1024 requests (reports/results/h200/CUDA_RECURRENT.md).
@@ -220,17 +213,6 @@ detail::StreamParams stream_params_for(const Problem& p, bool default_tile) {
     fail("GDN_STREAM_WRITE_BACK", "must be streaming or direct, not '" + mode + "'");
   }();
   sp.write_back = write_back;
-  const bool halves = parts_wanted == 2 && default_tile && p.K % 4 == 0 && p.V % 4 == 0 &&
-                      write_back == int(detail::kWriteBackStreaming) && state_bytes >= 32 * 1024 &&
-                      state_bytes % 32 == 0;
-  sp.parts = halves ? 2 : 1;
-  sp.state_bytes = static_cast<unsigned>(state_bytes);
-  sp.part_bytes = static_cast<unsigned>(state_bytes / sp.parts);
-  sp.part_floats = static_cast<int>(sp.part_bytes / 4);
-  const std::int64_t stride_bytes = (std::int64_t(sp.part_bytes) + 127) / 128 * 128;
-  sp.stage_floats = static_cast<int>(stride_bytes / 4);
-  sp.stages = static_cast<int>(std::clamp<std::int64_t>(detail::kStreamSmemBudget / stride_bytes, 2,
-                                                         detail::kStreamMaxStages));
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sp.multiprocessors, cudaDevAttrMultiProcessorCount, device),
@@ -319,9 +301,8 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   if (decode && !options.general_decode && stream_kernel_applies(p, column_lanes)) {
     const bool wide = wide_stream_applies(p, column_lanes, rows_per_lane);
     if (wide) r.num_tiles = (p.V + 31) / 32;
-    const bool default_tile = wide || (column_lanes == 4 && rows_per_lane == 16);
     if (!detail::launch_decode_stream(element_type(p.input_dtype), wide ? 8 : column_lanes, wide ? 32 : rows_per_lane,
-                                      r, stream_params_for(p, default_tile), stream))
+                                      r, stream_params_for(p), stream))
       fail("K", "no streamed decode kernel instance for column_lanes = " + str(column_lanes) +
                     ", rows per lane " + str(rows_per_lane));
     check_cuda(cudaGetLastError(), "streamed decode kernel launch");

@@ -305,47 +305,6 @@ struct Tile {
     }
   }
 
-  // The streamed decode kernel's part h of a state staged in shared memory: `stage` holds floats
-  // [h * part_floats, (h + 1) * part_floats) of the state (a K * V block in either layout); the
-  // runs of 4 that lie there are loaded, the others keep their value (the caller zeroes s
-  // first). Aligned tiles only (runs of 4 never straddle a part: part_floats % 4 == 0). The
-  // address is clamped and the value selected, no branch: all of a part's loads are in flight
-  // together.
-  __device__ void load_state_part(const float* stage, int h, int part_floats, float s[RPL][4]) const {
-    static_assert(ALIGNED, "parts of a staged state need the aligned tile");
-    const int K = p.K, V = p.V;
-    const int lo = h * part_floats, hi = lo + part_floats;  // a staged state is at most 16384 floats
-    if (!p.v_major) {
-#pragma unroll
-      for (int m = 0; m < CHUNKS; ++m)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kk = k_of(m) + e;
-          const int at = kk * V + v0;
-          const bool take = kk < K && v0 < V && at >= lo && at < hi;
-          const float4 x = *reinterpret_cast<const float4*>(stage + (take ? at - lo : 0));
-          s[4 * m + e][0] = take ? x.x : s[4 * m + e][0];
-          s[4 * m + e][1] = take ? x.y : s[4 * m + e][1];
-          s[4 * m + e][2] = take ? x.z : s[4 * m + e][2];
-          s[4 * m + e][3] = take ? x.w : s[4 * m + e][3];
-        }
-    } else {
-#pragma unroll
-      for (int m = 0; m < CHUNKS; ++m)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int k0 = k_of(m);
-          const int at = (v0 + c) * K + k0;
-          const bool take = v0 + c < V && k0 < K && at >= lo && at < hi;
-          const float4 x = *reinterpret_cast<const float4*>(stage + (take ? at - lo : 0));
-          s[4 * m + 0][c] = take ? x.x : s[4 * m + 0][c];
-          s[4 * m + 1][c] = take ? x.y : s[4 * m + 1][c];
-          s[4 * m + 2][c] = take ? x.z : s[4 * m + 2][c];
-          s[4 * m + 3][c] = take ? x.w : s[4 * m + 3][c];
-        }
-    }
-  }
-
   // STREAMING: the aligned path's stores carry the evict-first (.cs) cache hint.
   template <bool STREAMING = false>
   __device__ void store_state(float* base, const float s[RPL][4]) const {

@@ -60,19 +60,15 @@ constexpr int kStreamMaxStages = 8;
 constexpr int kStreamMaxTiles = 8;
 constexpr int kStreamMaxThreads = (kStreamMaxTiles + 1) * 32;
 constexpr std::int64_t kStreamMaxStateBytes = 64 * 1024;
-// Shared memory for the ring (3 x 64 KiB states, or 7 halves of them: ~200 KiB of loads in
-// flight per SM), and the header in front of it (the full and empty barrier of each slot).
-// Header + budget stays under the 227 KiB a block may have.
-constexpr std::int64_t kStreamSmemBudget = 224 * 1024;
+// Shared memory for the stages (~200 KiB of loads in flight per SM at 3 x 64 KiB), and the
+// header in front of them (the full and empty barrier of each stage).
+constexpr std::int64_t kStreamSmemBudget = 192 * 1024;
 constexpr std::int64_t kStreamHeaderBytes = 512;
 
 struct StreamParams {
-  int stages;            // ring slots, 2 .. kStreamMaxStages
-  int stage_floats;      // stride between ring slots (a part rounded up to 128 bytes)
+  int stages;            // 2 .. kStreamMaxStages
+  int stage_floats;      // stride between stages (K * V rounded up to 128 bytes)
   unsigned state_bytes;  // K * V * 4
-  int parts;             // ring slots per state: 1, or 2 halves of its K * V block (aligned default tiles)
-  int part_floats;       // K * V / parts
-  unsigned part_bytes;   // part_floats * 4 (a multiple of 16: one bulk copy each)
   int multiprocessors;   // of the launching device
   int l2_evict_first;    // state loads with an L2 evict-first policy (GDN_STREAM_L2_HINT=1; off by default)
   int write_back;        // how hT reaches the cache slot: a StreamWriteBack (GDN_STREAM_WRITE_BACK)
