@@ -98,6 +98,13 @@ struct LaunchOptions {
   // decode only: run the general kernel even where the streamed decode kernel applies (for
   // comparison; both give the same bits).
   bool general_decode = false;
+  // decode only: where the streamed kernel runs the default tile (4 column lanes, 16 rows per
+  // lane) on a K-major state with V <= 128, K and V multiples of 4 and one token per request,
+  // run its wide tile instead: 32 columns per warp computing the same sums in the same order
+  // (the same bits), states written back in whole 128-byte lines. Off by default: on the H200
+  // it was within +-1% of the default tile at 256 and 1024 requests, 3% faster at 64, 8% slower
+  // for one request (reports/results/h200/CUDA_RECURRENT.md).
+  bool wide_stream_tile = false;
 };
 
 // Full recurrence over a packed varlen batch (zero-length sequences allowed): one warp per
@@ -129,11 +136,9 @@ int default_column_lanes(const Problem& problem, bool decode);
 // V <= 64). Host-only, no CUDA call.
 bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& options = {});
 
-// Whether that streamed launch uses its wide tile: 32 columns per warp with the bits of the
-// default (4 column lanes, 16 rows per lane) tile, so that K-major states are written back in
-// whole 128-byte lines. Where: the streamed kernel at the default tile of K in (64, 128], a
-// K-major state, V <= 128, K and V multiples of 4, one token per request; the environment
-// variable GDN_STREAM_TILE=narrow turns it off (benchmarks; the bits are the same). Host-only.
+// Whether that streamed launch uses its wide tile (options.wide_stream_tile, where it applies:
+// the streamed kernel at the default tile, i.e. K in (64, 128], a K-major state, V <= 128, K
+// and V multiples of 4, one token per request). Host-only.
 bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& options = {});
 
 // The host-side checks alone (no CUDA call): what the launches run first.

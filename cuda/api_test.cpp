@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/api.hpp"
@@ -209,24 +208,28 @@ TEST_CASE("decode picks the streamed kernel only where it applies", "[cuda][api]
   dense.state_slots = 0;
   CHECK_FALSE(decode_uses_stream_kernel(dense));
 
-  // The wide tile (unless GDN_STREAM_TILE=narrow): the default tile at K in (64, 128], K-major,
-  // V <= 128, K and V multiples of 4, one token per request.
-  const char* tile_env = std::getenv("GDN_STREAM_TILE");
-  if (tile_env == nullptr || std::string(tile_env) == "wide") {
-    CHECK(decode_uses_wide_stream_tile(decode_problem(128, 128)));
-    CHECK(decode_uses_wide_stream_tile(decode_problem(68, 4)));
-    CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(64, 128)));   // 8 rows per lane
-    CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(100, 37)));  // V % 4 != 0
-    CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(256, 64)));  // 2 column lanes
-    CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128), LaunchOptions{0, true}));
-    CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128), LaunchOptions{2, false}));
-    Problem v_major = decode_problem(128, 128);
-    v_major.state_layout = StateLayout::v_major;  // its (4, 16) stores are whole lines already
-    CHECK_FALSE(decode_uses_wide_stream_tile(v_major));
-    Problem two_tokens = decode_problem(128, 128);
-    const Problem shape = Problem::fixed_length(two_tokens.N(), 2, two_tokens.H, two_tokens.HV, 128, 128);
-    two_tokens.cu_seqlens = shape.cu_seqlens;
-    two_tokens.T = shape.T;
-    CHECK_FALSE(decode_uses_wide_stream_tile(two_tokens));
-  }
+  // The wide tile: opt-in, where the streamed kernel runs the default tile at K in (64, 128],
+  // K-major, V <= 128, K and V multiples of 4, one token per request.
+  LaunchOptions wide;
+  wide.wide_stream_tile = true;
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128)));
+  CHECK(decode_uses_wide_stream_tile(decode_problem(128, 128), wide));
+  CHECK(decode_uses_wide_stream_tile(decode_problem(68, 4), wide));
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(64, 128), wide));   // 8 rows per lane
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(100, 37), wide));   // V % 4 != 0
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(256, 64), wide));   // 2 column lanes
+  LaunchOptions wide_general = wide;
+  wide_general.general_decode = true;
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128), wide_general));
+  LaunchOptions wide_two_lanes = wide;
+  wide_two_lanes.column_lanes = 2;
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128), wide_two_lanes));
+  Problem v_major = decode_problem(128, 128);
+  v_major.state_layout = StateLayout::v_major;  // its (4, 16) stores are whole lines already
+  CHECK_FALSE(decode_uses_wide_stream_tile(v_major, wide));
+  Problem two_tokens = decode_problem(128, 128);
+  const Problem shape = Problem::fixed_length(two_tokens.N(), 2, two_tokens.H, two_tokens.HV, 128, 128);
+  two_tokens.cu_seqlens = shape.cu_seqlens;
+  two_tokens.T = shape.T;
+  CHECK_FALSE(decode_uses_wide_stream_tile(two_tokens, wide));
 }

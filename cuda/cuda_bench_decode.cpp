@@ -7,7 +7,8 @@
 // Args: batch, column_lanes (0 = default tile), status (1: the graph-safe state-index check
 // kernel runs first), graph (1: replay a captured graph), general (1: force the general kernel
 // where the streamed decode kernel applies; counter "streamed" says which one ran), v_major (1: the
-// [N, HV, V, K] state layout of FlashInfer and recent vLLM / SGLang, spec §1 and §7).
+// [N, HV, V, K] state layout of FlashInfer and recent vLLM / SGLang, spec §1 and §7), wide (1:
+// LaunchOptions::wide_stream_tile, same bits).
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -52,6 +53,7 @@ void BM_decode(benchmark::State& state) {
   const bool graph_mode = state.range(3) != 0;
   options.general_decode = state.range(4) != 0;
   const bool v_major = state.range(5) != 0;
+  options.wide_stream_tile = state.range(6) != 0;
   const Problem p = decode_problem(batch, v_major);
   // One device problem per (batch, layout) for the whole process (a 1024-request cache is
   // 2 GiB; all of them ~9 GiB); the state keeps evolving from launch to launch, which is what decode does.
@@ -89,6 +91,7 @@ void BM_decode(benchmark::State& state) {
   bench::report(state, total, state.iterations(), p, state_traffic_bytes(p));
   state.counters["batch"] = batch;
   state.counters["v_major"] = v_major ? 1 : 0;
+  state.counters["wide"] = decode_uses_wide_stream_tile(p, options) ? 1 : 0;
   state.counters["streamed"] = decode_uses_stream_kernel(p, options) ? 1 : 0;
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
@@ -143,20 +146,26 @@ BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
 // The default tile at every batch, plain and with the status check, launch and graph modes,
 // the streamed kernel and the general one.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The V-major layout at the default tile, streamed kernel, launch and graph modes.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}, {0}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+// The streamed kernel's wide tile (K-major), launch and graph modes.
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {0}, {1}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major"})
-    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
+    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 

@@ -9,7 +9,6 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -235,19 +234,20 @@ TEST_CASE("decode over T steps equals the prefill over the same T tokens, bit fo
 }
 
 TEST_CASE("the streamed decode at the default tile gives the general kernel's bits", "[gpu]") {
-  // decode_stream_kernel.cuh: the wide tile (32 columns per warp computing the sums of the
-  // (4, 16) tile in that tile's order; K-major, one token per request) and the (4, 16) tile in
-  // the streamed kernel (either layout, 1-3 tokens). Compared with the
-  // general kernel at the default tile (options.general_decode) over K in (64, 128], V <= 128:
-  // every third case K-major with one token (the wide tile), the others V-major or 2-3 tokens
-  // (the (4, 16) tile); padding slots, missing h0 / hT and intermediate states as the random
-  // decode cases draw them.
+  // decode_stream_kernel.cuh: the (4, 16) tile in the streamed kernel, and its wide tile
+  // (LaunchOptions::wide_stream_tile: 32 columns per warp computing the sums of the (4, 16) tile
+  // in that tile's order; K-major, one token per request), both compared with the general kernel
+  // at the default tile (options.general_decode) over K in (64, 128], V <= 128: every third case
+  // K-major with one token (where the wide tile applies), the others V-major or 2-3 tokens
+  // (where the wide option must fall back to the (4, 16) tile); padding slots, missing h0 / hT
+  // and intermediate states as the random decode cases draw them.
   DecodeKernel streamed;
+  LaunchOptions wide_options;
+  wide_options.wide_stream_tile = true;
+  KernelAdapter wide(Entry::decode, IndexType::i32, wide_options);
   LaunchOptions general_options;
   general_options.general_decode = true;
   KernelAdapter general(Entry::decode, IndexType::i32, general_options);
-  const char* tile_env = std::getenv("GDN_STREAM_TILE");
-  const bool wide_on = tile_env == nullptr || std::string(tile_env) == "wide";
   std::mt19937_64 rng(seed_for("cuda.decode", "streamed_default_tile_equals_general"));
   const int cases = std::max(6, case_count() / 10);
   int failures = 0;
@@ -263,9 +263,12 @@ TEST_CASE("the streamed decode at the default tile gives the general kernel's bi
     p.cu_seqlens = shape.cu_seqlens;
     p.T = shape.T;
     REQUIRE(decode_uses_stream_kernel(p));
-    REQUIRE(decode_uses_wide_stream_tile(p) == (wide_on && wide_case));
+    REQUIRE_FALSE(decode_uses_wide_stream_tile(p));
+    REQUIRE(decode_uses_wide_stream_tile(p, wide_options) == wide_case);
     const Inputs inputs = c.inputs();
-    const bool same = outputs_bits_equal(streamed.run(p, inputs), general.run(p, inputs));
+    const Outputs<double> reference = general.run(p, inputs);
+    const bool same = outputs_bits_equal(streamed.run(p, inputs), reference) &&
+                      outputs_bits_equal(wide.run(p, inputs), reference);
     Tally::instance().add("cuda.decode", "streamed_default_tile_equals_general", true, !same);
     if (!same && ++failures <= kMaxReported) FAIL_CHECK("streamed != general kernel: " << c.describe());
   }

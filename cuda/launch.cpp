@@ -169,21 +169,15 @@ bool stream_kernel_applies(const Problem& p, int column_lanes) {
          num_tiles <= detail::kStreamMaxTiles && rows_per_lane_for(p, column_lanes) <= 16;
 }
 
-// The streamed kernel's wide tile (decode_stream_kernel.cuh, launch_stream_wide): the default
-// (4, 16) tile's bits with 32 columns per warp, so that a K-major state goes back in whole
-// 128-byte lines (the (4, 16) warp holds half of each line). It needs a K-major state, K in
-// (64, 128] and V <= 128 (4 consumer warps at most), K and V multiples of 4, and one token per
-// request. Tuning switch for benchmarks (same bits): GDN_STREAM_TILE = wide (default) | narrow.
-bool wide_stream_applies(const Problem& p, int column_lanes, int rows_per_lane) {
-  static const bool wide = [] {
-    const char* env = std::getenv("GDN_STREAM_TILE");
-    const std::string mode = env != nullptr ? env : "";
-    if (mode.empty() || mode == "wide") return true;
-    if (mode == "narrow") return false;
-    fail("GDN_STREAM_TILE", "must be wide or narrow, not '" + mode + "'");
-  }();
-  return wide && column_lanes == 4 && rows_per_lane == 16 && p.state_layout == StateLayout::k_major &&
-         p.K % 4 == 0 && p.V % 4 == 0 && p.V <= 128 && p.N() > 0 && p.seq_len(0) == 1;
+// The streamed kernel's wide tile (decode_stream_kernel.cuh, launch_stream_wide;
+// LaunchOptions::wide_stream_tile): the default (4, 16) tile's bits with 32 columns per warp,
+// so that a K-major state goes back in whole 128-byte lines (the (4, 16) warp holds half of
+// each line). It needs a K-major state, K in (64, 128] and V <= 128 (4 consumer warps at most),
+// K and V multiples of 4, and one token per request.
+bool wide_stream_applies(const Problem& p, const LaunchOptions& options, int column_lanes, int rows_per_lane) {
+  return options.wide_stream_tile && column_lanes == 4 && rows_per_lane == 16 &&
+         p.state_layout == StateLayout::k_major && p.K % 4 == 0 && p.V % 4 == 0 && p.V <= 128 && p.N() > 0 &&
+         p.seq_len(0) == 1;
 }
 
 // Stages: as many as the shared-memory budget holds (at most kStreamMaxStages), at least 2.
@@ -299,7 +293,7 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
     check_cuda(cudaGetLastError(), "check_indices launch");
   }
   if (decode && !options.general_decode && stream_kernel_applies(p, column_lanes)) {
-    const bool wide = wide_stream_applies(p, column_lanes, rows_per_lane);
+    const bool wide = wide_stream_applies(p, options, column_lanes, rows_per_lane);
     if (wide) r.num_tiles = (p.V + 31) / 32;
     if (!detail::launch_decode_stream(element_type(p.input_dtype), wide ? 8 : column_lanes, wide ? 32 : rows_per_lane,
                                       r, stream_params_for(p), stream))
@@ -344,7 +338,7 @@ bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& opti
 bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& options) {
   if (!decode_uses_stream_kernel(problem, options)) return false;
   const int column_lanes = column_lanes_for(problem, options, /*decode=*/true);
-  return wide_stream_applies(problem, column_lanes, rows_per_lane_for(problem, column_lanes));
+  return wide_stream_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes));
 }
 
 bool device_available(std::string* why) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One GPU call comparing variants of the streamed decode kernel (same bits in every variant), from
 # the repository root on the device machine. A variant is a comma-separated list of tuning
-# switches, VAR=value,... (cuda/launch.cpp): GDN_STREAM_TILE = wide (default) | narrow,
-# GDN_STREAM_WRITE_BACK = streaming (default) | direct; it is named by its values joined by '_'.
+# switches, VAR=value,... (cuda/launch.cpp), e.g. GDN_STREAM_WRITE_BACK = streaming (default) |
+# direct; it is named by its values joined by '_'. (The wide tile is a benchmark argument.)
 # Binaries: .carry-rec/rec.tar.xz (cuda/pack_recurrent.sh).
 #   1. the GPU conformance suite (GDN_CASES cases) under each variant of GDN_MODES, with
 #      compute-sanitizer memcheck / racecheck / initcheck (GDN_SANITIZE_CASES cases) beside it;
@@ -12,7 +12,7 @@
 # Everything lands in $OUT: conformance_<variant>.json, decode_<variant>_<round>.json,
 # probe.json, run.log.
 # Environment: GDN_COMMIT, GDN_CASES (default 1000), GDN_SANITIZE_CASES (4), GDN_MODES (default
-# none), GDN_BENCH_MODES (default: GDN_STREAM_TILE=wide GDN_STREAM_TILE=narrow).
+# none), GDN_BENCH_MODES (default: GDN_STREAM_WRITE_BACK=streaming GDN_STREAM_WRITE_BACK=direct).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -21,7 +21,7 @@ mkdir -p "$BIN" && tar -C "$BIN" -xJf .carry-rec/rec.tar.xz || exit 3
 CASES=${GDN_CASES:-1000}
 SAN_CASES=${GDN_SANITIZE_CASES:-4}
 MODES=${GDN_MODES:-}
-BENCH_MODES=${GDN_BENCH_MODES:-GDN_STREAM_TILE=wide GDN_STREAM_TILE=narrow}
+BENCH_MODES=${GDN_BENCH_MODES:-GDN_STREAM_WRITE_BACK=streaming GDN_STREAM_WRITE_BACK=direct}
 # "A=x,B=y" -> name x_y, assignments "A=x B=y"
 name_of() { echo "$1" | tr ',' '\n' | sed 's/^[^=]*=//' | paste -sd_; }
 env_of() { echo "$1" | tr ',' ' '; }
