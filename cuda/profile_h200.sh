@@ -6,7 +6,8 @@
 # Output in $OUT: ncu_<name>.txt (details page), ncu_<name>_source.csv (per-SASS-instruction
 # stall samples), sass_*.txt, bench_*.json, profile.log.
 # Environment: PROFILE_PHASES (default "SNB": S = SASS, N = ncu, B = benchmarks; D = ncu of the
-# streamed decode kernel at 256 requests and of its data-movement probe only).
+# streamed decode kernel at 256 requests, default and wide tile, and of its data-movement probe,
+# per-lane and whole-line writes, only).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -66,9 +67,13 @@ fi
 if [[ $PHASES == *D* ]]; then
   log "D: ncu, decode and probe"
   profile dec_256 decode_stream_kernel "$BIN/cuda_bench_decode" \
-    --benchmark_filter='BM_decode/batch:256/column_lanes:0/status:0/graph:0/general:0'
+    --benchmark_filter='BM_decode/batch:256/column_lanes:0/status:0/graph:0/general:0/v_major:0/wide:0'
+  profile dec_256_wide decode_stream_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_decode/batch:256/column_lanes:0/status:0/graph:0/general:0/v_major:0/wide:1'
   profile probe_8192 stream_probe_kernel "$BIN/cuda_bench_decode" \
     --benchmark_filter='BM_stream_probe/items:8192/write_mode:1'
+  profile probe_8192_lines stream_probe_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_stream_probe/items:8192/write_mode:2'
 fi
 
 if [[ $PHASES == *B* ]]; then
