@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -114,18 +115,37 @@ DeviceProblem::DeviceProblem(const Problem& problem, std::uint64_t seed) : probl
   state_host_ = std::vector<float>();
 }
 
-EventTimer::EventTimer(cudaStream_t stream) : stream_(stream) {
+EventTimer::EventTimer(cudaStream_t stream, bool held) : stream_(stream), held_(held) {
   check_cuda(cudaEventCreate(&begin_), "cudaEventCreate");
   check_cuda(cudaEventCreate(&end_), "cudaEventCreate");
+  if (held_) {
+    check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&flags_), 2 * sizeof(int), cudaHostAllocMapped),
+               "cudaHostAlloc(hold flags)");
+    flags_[0] = flags_[1] = 0;
+  }
 }
 EventTimer::~EventTimer() {
   cudaEventDestroy(begin_);
   cudaEventDestroy(end_);
+  if (flags_ != nullptr) cudaFreeHost(flags_);
 }
-void EventTimer::start() { check_cuda(cudaEventRecord(begin_, stream_), "cudaEventRecord"); }
+void EventTimer::start() {
+  if (held_) {
+    volatile int* flags = flags_;
+    flags[0] = 0;
+    flags[1] = 0;
+    check_cuda(launch_hold(flags_, flags_ + 1, stream_), "hold kernel launch");
+  }
+  check_cuda(cudaEventRecord(begin_, stream_), "cudaEventRecord");
+}
 double EventTimer::stop() {
   check_cuda(cudaEventRecord(end_, stream_), "cudaEventRecord");
+  if (held_) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    reinterpret_cast<volatile int*>(flags_)[0] = 1;
+  }
   check_cuda(cudaEventSynchronize(end_), "cudaEventSynchronize");
+  if (held_ && reinterpret_cast<volatile int*>(flags_)[1] != 0) ++hold_timeouts_;
   float ms = 0;
   check_cuda(cudaEventElapsedTime(&ms, begin_, end_), "cudaEventElapsedTime");
   return ms * 1e-3;

@@ -35,17 +35,31 @@ class DeviceProblem {
 double copy_bandwidth(std::size_t bytes = std::size_t(2) << 30);
 
 // Event pair on a stream: elapsed seconds of the work enqueued between start() and stop().
+// Held (the default): start() first enqueues a kernel that spins until stop() has recorded the
+// end event (bench_hold.cu), so the pair times the device work alone, as the peers' do_bench
+// timings do (its cache flush keeps the GPU busy while Python enqueues). Not held: the work
+// starts from an idle GPU and the pair includes the host's submission of it (for latency).
 class EventTimer {
  public:
-  explicit EventTimer(cudaStream_t stream);
+  explicit EventTimer(cudaStream_t stream, bool held = true);
   ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
   void start();
   double stop();  // synchronises on the end event
+  // Timed regions whose hold ran out before the host released it (their time then includes
+  // host submission); a benchmark reports this so that such a row is not read as held.
+  int hold_timeouts() const { return hold_timeouts_; }
 
  private:
   cudaStream_t stream_;
   cudaEvent_t begin_, end_;
+  bool held_;
+  int* flags_ = nullptr;  // mapped pinned: [0] release (host writes), [1] timed out (device writes)
+  int hold_timeouts_ = 0;
 };
+
+cudaError_t launch_hold(const volatile int* release, int* timed_out, cudaStream_t stream);
 
 // Sets the counters every benchmark reports from the total of the manual times.
 void report(benchmark::State& state, double seconds, std::int64_t iterations, const Problem& problem,

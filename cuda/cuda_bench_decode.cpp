@@ -2,13 +2,16 @@
 // linear-attention head shape: H = 16 query/key heads, HV = 32 value heads, K = V = 128,
 // bf16 q/k/v, fp32 g and beta, in-kernel l2norm, fp32 state updated in place. The state is
 // 2 MiB per request; traffic counted is state read + state written (q/k/v/o are < 0.2%).
-// Each iteration is timed with CUDA events around one launch, host-side checks included
-// (mode "launch"), or around the replay of a CUDA graph holding the launch (mode "graph").
+// Each iteration is timed with CUDA events around one launch (mode "launch": decode() with its
+// host-side checks), or around the replay of a CUDA graph holding the launch (mode "graph").
+// held (1, every row but the latency rows): the stream is held until the launch is enqueued
+// (bench::EventTimer), so the time is the device's alone, as in the peer's do_bench timing;
+// held 0: the launch starts from an idle GPU and the time includes its host submission.
 // Args: batch, column_lanes (0 = default tile), status (1: the graph-safe state-index check
 // kernel runs first), graph (1: replay a captured graph), general (1: force the general kernel
 // where the streamed decode kernel applies; counter "streamed" says which one ran), v_major (1: the
 // [N, HV, V, K] state layout of FlashInfer and recent vLLM / SGLang, spec §1 and §7), wide (1:
-// LaunchOptions::wide_stream_tile, same bits).
+// LaunchOptions::wide_stream_tile, same bits), held.
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -54,6 +57,7 @@ void BM_decode(benchmark::State& state) {
   options.general_decode = state.range(4) != 0;
   const bool v_major = state.range(5) != 0;
   options.wide_stream_tile = state.range(6) != 0;
+  const bool held = state.range(7) != 0;
   const Problem p = decode_problem(batch, v_major);
   // One device problem per (batch, layout) for the whole process (a 1024-request cache is
   // 2 GiB; all of them ~9 GiB); the state keeps evolving from launch to launch, which is what decode does.
@@ -79,7 +83,7 @@ void BM_decode(benchmark::State& state) {
   };
   for (int i = 0; i < 3; ++i) once();  // warm-up
   check_cuda(cudaStreamSynchronize(stream), "warm-up");
-  bench::EventTimer timer(stream);
+  bench::EventTimer timer(stream, held);
   double total = 0;
   for (auto _ : state) {
     timer.start();
@@ -93,6 +97,8 @@ void BM_decode(benchmark::State& state) {
   state.counters["v_major"] = v_major ? 1 : 0;
   state.counters["wide"] = decode_uses_wide_stream_tile(p, options) ? 1 : 0;
   state.counters["streamed"] = decode_uses_stream_kernel(p, options) ? 1 : 0;
+  state.counters["held"] = held ? 1 : 0;
+  state.counters["hold_timeouts"] = timer.hold_timeouts();
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
@@ -146,26 +152,33 @@ BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
 // The default tile at every batch, plain and with the status check, launch and graph modes,
 // the streamed kernel and the general one.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}, {0}, {1}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The V-major layout at the default tile, streamed kernel, launch and graph modes.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}, {0}, {1}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The streamed kernel's wide tile (K-major), launch and graph modes.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {0}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {0}, {1}, {1}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide"})
-    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
+    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}, {0}, {1}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+// Latency as a caller sees it: the default tile launched from an idle GPU (host submission,
+// and in launch mode the host-side checks, included), with and without the status check.
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0}, {0}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 

@@ -77,6 +77,24 @@ __device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src
 
 }  // namespace stream
 
+// A consumer's take of stage s: wait for its bytes, copy this warp's slice into registers (or
+// zeros where nothing was loaded: padding, out-of-range slot, no h0), then release the stage
+// at once, so the next load starts while the warp computes. The arrive orders the warp's
+// shared-memory reads before the producer's next bulk copy into the buffer.
+template <class TileT, int RPL>
+__device__ __forceinline__ void take_stage(const TileT& tl, const float* stage, bool loaded, std::uint64_t* full,
+                                           std::uint64_t* empty, unsigned parity, int lane, float (&st)[RPL][4]) {
+  stream::wait(full, parity);
+  if (loaded) {
+    tl.load_state(stage, st);
+  } else {
+#pragma unroll
+    for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
+  }
+  __syncwarp();
+  if (lane == 0) stream::arrive(empty);
+}
+
 // SPLIT = 2 (the wide tile, see Tile): (COL_LANES, RPL) computes the bits of (COL_LANES / 2,
 // RPL / 2) with 32 columns per warp; MAX_THREADS bounds the block (one producer warp plus the
 // consumers), which sets the register cap: the SM's four register files hold 3 warps each at 9
@@ -172,16 +190,9 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
       const std::int64_t row = p.state_indices[n];
       const bool in_range = row >= 0 && row < p.state_slots;
       const int s = i % num_stages;
-      stream::wait(&full[s], unsigned(i / num_stages) & 1u);
       float st[RPL][4];
-      if (in_range && p.has_h0) {
-        tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
-      } else {
-#pragma unroll
-        for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
-      }
-      __syncwarp();
-      if (lane == 0) stream::arrive(&empty[s]);
+      take_stage(tl, stages + std::int64_t(s) * sp.stage_floats, in_range && p.has_h0, &full[s], &empty[s],
+                 unsigned(i / num_stages) & 1u, lane, st);
       if (row == -1) {
         const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
         tl.store_o(n, zeros);
@@ -212,21 +223,11 @@ __global__ void __launch_bounds__(MAX_THREADS, 1)
     const TileT tl(p, lane, tile, j);
     const std::int64_t bos = std::int64_t(n) * ts, eos = bos + ts;
     const int s = i % num_stages;
-    stream::wait(&full[s], unsigned(i / num_stages) & 1u);
     const std::int64_t row = cur_slot;
     const bool in_range = row >= 0 && row < p.state_slots;
-
     float st[RPL][4];
-    if (in_range && p.has_h0) {
-      tl.load_state(stages + std::int64_t(s) * sp.stage_floats, st);
-    } else {
-#pragma unroll
-      for (int r = 0; r < RPL; ++r) st[r][0] = st[r][1] = st[r][2] = st[r][3] = 0.f;
-    }
-    // The slice is in registers (the arrive releases the reads before it): the buffer can
-    // take the next load while this warp computes.
-    __syncwarp();
-    if (lane == 0) stream::arrive(&empty[s]);
+    take_stage(tl, stages + std::int64_t(s) * sp.stage_floats, in_range && p.has_h0, &full[s], &empty[s],
+               unsigned(i / num_stages) & 1u, lane, st);
 
     Token<In, RPL> upcoming;
     int upcoming_slot = -1;

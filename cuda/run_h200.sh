@@ -56,7 +56,7 @@ fi
 if [[ $PHASES == *B* ]]; then
   export GDN_DEVICE="$DEVICE"
   log "B: decode benchmark"
-  GDN_COMMAND=".carry/cuda_bench_decode --benchmark_out=decode.json --benchmark_out_format=json (cuda/run_h200.sh)" timeout 200 "$BIN/cuda_bench_decode" --benchmark_out="$OUT/decode.json" --benchmark_out_format=json \
+  GDN_COMMAND=".carry/cuda_bench_decode --benchmark_out=decode.json --benchmark_out_format=json (cuda/run_h200.sh)" timeout 280 "$BIN/cuda_bench_decode" --benchmark_out="$OUT/decode.json" --benchmark_out_format=json \
     --benchmark_counters_tabular=true 2>&1 | tee -a "$LOG"
   log "B: recurrent prefill benchmark"
   GDN_COMMAND=".carry/cuda_bench_recurrent --benchmark_out=recurrent.json --benchmark_out_format=json (cuda/run_h200.sh)" timeout 150 "$BIN/cuda_bench_recurrent" --benchmark_out="$OUT/recurrent.json" --benchmark_out_format=json \
