@@ -115,7 +115,8 @@ DeviceProblem::DeviceProblem(const Problem& problem, std::uint64_t seed) : probl
   state_host_ = std::vector<float>();
 }
 
-EventTimer::EventTimer(cudaStream_t stream, bool held) : stream_(stream), held_(held) {
+EventTimer::EventTimer(cudaStream_t stream, bool held)
+    : stream_(stream), held_(held && std::getenv("GDN_BENCH_NO_HOLD") == nullptr) {
   check_cuda(cudaEventCreate(&begin_), "cudaEventCreate");
   check_cuda(cudaEventCreate(&end_), "cudaEventCreate");
   if (held_) {

@@ -39,6 +39,8 @@ double copy_bandwidth(std::size_t bytes = std::size_t(2) << 30);
 // end event (bench_hold.cu), so the pair times the device work alone, as the peers' do_bench
 // timings do (its cache flush keeps the GPU busy while Python enqueues). Not held: the work
 // starts from an idle GPU and the pair includes the host's submission of it (for latency).
+// GDN_BENCH_NO_HOLD set in the environment turns the hold off everywhere (for profilers, which
+// serialise launches: a held stream would wait for the hold's timeout at every launch).
 class EventTimer {
  public:
   explicit EventTimer(cudaStream_t stream, bool held = true);

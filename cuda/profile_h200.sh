@@ -7,7 +7,9 @@
 # stall samples), sass_*.txt, bench_*.json, profile.log.
 # Environment: PROFILE_PHASES (default "SNB": S = SASS, N = ncu, B = benchmarks; D = ncu of the
 # streamed decode kernel at 256 requests, default and wide tile, and of its data-movement probe,
-# per-lane and whole-line writes, only).
+# per-lane and whole-line writes, only; L = latency: ncu of one-request decode, the streamed and
+# the general kernel and fla's fused_recurrent, and of the chunked prefill's kernels at the
+# low-parallelism shape).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -74,6 +76,24 @@ if [[ $PHASES == *D* ]]; then
     --benchmark_filter='BM_stream_probe/items:8192/write_mode:1'
   profile probe_8192_lines stream_probe_kernel "$BIN/cuda_bench_decode" \
     --benchmark_filter='BM_stream_probe/items:8192/write_mode:2'
+fi
+
+if [[ $PHASES == *L* ]]; then
+  log "L: ncu, one-request decode and the low-parallelism chunked prefill"
+  export GDN_BENCH_NO_HOLD=1
+  profile dec_1 decode_stream_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:0/v_major:0/wide:0/held:1'
+  profile dec_1_general recurrent_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:1/v_major:0/wide:0/held:1'
+  if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -2
+    PYTHONPATH=/tmp/site profile fla_dec_1 fused_recurrent python3 cuda/peers/fla_recurrent.py --one-decode
+  fi
+  if [ -x /tmp/chunk/cuda_chunked_bench ]; then
+    profile chunk_lowpar "chunked_(forward|prepare)" /tmp/chunk/cuda_chunked_bench \
+      --benchmark_filter='BM_chunked/shape:3/value_tile:0'
+  fi
+  unset GDN_BENCH_NO_HOLD
 fi
 
 if [[ $PHASES == *B* ]]; then

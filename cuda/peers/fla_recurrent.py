@@ -84,7 +84,20 @@ def record(results, kind, shape, seconds, state_bytes, T, copy_bw, held=None):
     print(json.dumps(entry), flush=True)
 
 
+def one_decode():
+    """--one-decode: five one-request decode calls and nothing else (for a profiler)."""
+    q, k, v, g, beta, h0 = inputs(1, 1)
+    q, k, v = (x.view(1, 1, *x.shape[2:]) for x in (q, k, v))
+    g, beta = (x.view(1, 1, HV) for x in (g, beta))
+    for _ in range(5):
+        fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
+                                         use_qk_l2norm_in_kernel=True)
+    torch.cuda.synchronize()
+
+
 def main():
+    if "--one-decode" in sys.argv:
+        return one_decode()
     props = torch.cuda.get_device_properties(0)
     results = {
         "peer": "flash-linear-attention fused_recurrent_gated_delta_rule",
