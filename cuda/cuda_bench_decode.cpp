@@ -11,7 +11,8 @@
 // kernel runs first), graph (1: replay a captured graph), general (1: force the general kernel
 // where the streamed decode kernel applies; counter "streamed" says which one ran), v_major (1: the
 // [N, HV, V, K] state layout of FlashInfer and recent vLLM / SGLang, spec §1 and §7), wide (1:
-// LaunchOptions::wide_stream_tile, same bits), held.
+// LaunchOptions::wide_stream_tile, same bits), held, runtime_sizes (1: the runtime-size instances
+// of the default tile, LaunchOptions::runtime_size_kernels, same bits).
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -58,6 +59,7 @@ void BM_decode(benchmark::State& state) {
   const bool v_major = state.range(5) != 0;
   options.wide_stream_tile = state.range(6) != 0;
   const bool held = state.range(7) != 0;
+  options.runtime_size_kernels = state.range(8) != 0;
   const Problem p = decode_problem(batch, v_major);
   // One device problem per (batch, layout) for the whole process (a 1024-request cache is
   // 2 GiB; all of them ~9 GiB); the state keeps evolving from launch to launch, which is what decode does.
@@ -152,33 +154,40 @@ BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
 // The default tile at every batch, plain and with the status check, launch and graph modes,
 // the streamed kernel and the general one.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}, {0}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}, {0}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The V-major layout at the default tile, streamed kernel, launch and graph modes.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}, {0}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}, {0}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The streamed kernel's wide tile (K-major), launch and graph modes.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {0}, {1}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {0}, {1}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
-    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}, {0}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
+    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}, {0}, {1}, {0}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+// The runtime-size instances of the default tile (LaunchOptions::runtime_size_kernels, same
+// bits) against the K = V = 128 ones above.
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {1}, {0, 1}, {0}, {0}, {1}, {1}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Latency as a caller sees it: the default tile launched from an idle GPU (host submission,
 // and in launch mode the host-side checks, included), with and without the status check.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0}, {0}, {0}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0}, {0}, {0}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 

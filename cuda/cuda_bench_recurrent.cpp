@@ -39,6 +39,7 @@ void BM_prefill(benchmark::State& state) {
   const int length = static_cast<int>(state.range(1));
   LaunchOptions options;
   options.column_lanes = static_cast<int>(state.range(2));
+  options.runtime_size_kernels = state.range(3) != 0;
   const Problem p = prefill_problem(sequences, length);
   static std::map<std::pair<int, int>, std::unique_ptr<bench::DeviceProblem>> devices;
   auto& device = devices[{sequences, length}];
@@ -67,22 +68,24 @@ void BM_prefill(benchmark::State& state) {
 // {sequences, tokens per sequence}: one long sequence, a few, many short ones, a varlen mix;
 // every shape with the default tile and with each instantiated column_lanes (2, 4, 8), so one
 // run shows what the default leaves on the table.
+// runtime_sizes 1: LaunchOptions::runtime_size_kernels (the default tile's runtime-size
+// instance instead of the K = V = 128 one; same bits).
 BENCHMARK(BM_prefill)
-    ->ArgNames({"sequences", "length", "column_lanes"})
-    ->Args({1, 8192, 0})
-    ->Args({4, 4096, 0})
-    ->Args({16, 1024, 0})
-    ->Args({64, 256, 0})
-    ->Args({8, 0, 0})
+    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes"})
+    ->ArgsProduct({{1}, {8192}, {0}, {0, 1}})
+    ->ArgsProduct({{4}, {4096}, {0}, {0, 1}})
+    ->ArgsProduct({{16}, {1024}, {0}, {0, 1}})
+    ->ArgsProduct({{64}, {256}, {0}, {0, 1}})
+    ->ArgsProduct({{8}, {0}, {0}, {0, 1}})
     ->UseManualTime()
     ->MinTime(0.3);
 BENCHMARK(BM_prefill)
-    ->ArgNames({"sequences", "length", "column_lanes"})
-    ->ArgsProduct({{1}, {8192}, {2, 4, 8}})
-    ->ArgsProduct({{4}, {4096}, {2, 4, 8}})
-    ->ArgsProduct({{16}, {1024}, {2, 4, 8}})
-    ->ArgsProduct({{64}, {256}, {2, 4, 8}})
-    ->ArgsProduct({{8}, {0}, {2, 4, 8}})
+    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes"})
+    ->ArgsProduct({{1}, {8192}, {2, 8}, {0}})
+    ->ArgsProduct({{4}, {4096}, {2, 8}, {0}})
+    ->ArgsProduct({{16}, {1024}, {2, 8}, {0}})
+    ->ArgsProduct({{64}, {256}, {2, 8}, {0}})
+    ->ArgsProduct({{8}, {0}, {2, 8}, {0}})
     ->UseManualTime()
     ->MinTime(0.3);
 

@@ -99,12 +99,13 @@ __device__ __forceinline__ void take_stage(const TileT& tl, const float* stage, 
 // RPL / 2) with 32 columns per warp; MAX_THREADS bounds the block (one producer warp plus the
 // consumers), which sets the register cap: the SM's four register files hold 3 warps each at 9
 // warps (168 registers), 2 at 5 (255), and the wide tile's 128-float state needs the latter.
+// KF, VF: K, V fixed at compile time (0: runtime), see Tile.
 template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK, int SPLIT = 1,
-          int MAX_THREADS = kStreamMaxThreads>
+          int MAX_THREADS = kStreamMaxThreads, int KF = 0, int VF = 0>
 __global__ void __launch_bounds__(MAX_THREADS, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
   // The wide tile defers the token's masks and gates (registers allow it there); see Tile.
-  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/SPLIT == 1, SPLIT>;
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/SPLIT == 1, SPLIT, KF, VF>;
   static_assert(RPL <= 16 || MAX_THREADS <= 5 * 32,
                 "32 rows per lane spill at 9 warps (see launch_stream_for_type)");
   extern __shared__ __align__(128) unsigned char smem[];
@@ -304,6 +305,14 @@ void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp,
 
 template <class In, int COL_LANES, int RPL, int WRITE_BACK>
 void launch_stream_mode(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
+  // K = V = 128 at the default K = 128 tile: the instance with V fixed (same bits, see Tile).
+  // K stays a runtime size: with K fixed too, ptxas spilled 72 bytes at the 168-register cap
+  // (V alone: none).
+  if constexpr (COL_LANES == 4 && RPL == 16) {
+    if (params.K == 128 && params.V == 128 && !params.runtime_sizes)
+      return launch_stream_kernel<decode_stream_kernel<In, 4, 16, true, WRITE_BACK, 1, kStreamMaxThreads, 0, 128>>(
+          params, sp, stream);
+  }
   if (params.vector_k && params.vector_v)
     launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true, WRITE_BACK>>(params, sp, stream);
   else

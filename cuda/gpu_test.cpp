@@ -275,6 +275,51 @@ TEST_CASE("the streamed decode at the default tile gives the general kernel's bi
   CHECK(failures == 0);
 }
 
+TEST_CASE("the K = V = 128 instances give the runtime-size instances' bits", "[gpu]") {
+  // Tile's KF / VF: at K = V = 128 the default tile runs instances with the sizes fixed at
+  // compile time (the general kernel for prefill and decode, the streamed decode kernel with V
+  // fixed); LaunchOptions::runtime_size_kernels runs the runtime-size ones. Prefill over random
+  // packed batches; decode with 1-3 tokens, both layouts, streamed and general kernel.
+  LaunchOptions runtime_options;
+  runtime_options.runtime_size_kernels = true;
+  LaunchOptions general_options, general_runtime_options = runtime_options;
+  general_options.general_decode = general_runtime_options.general_decode = true;
+  RecurrentPrefillKernel prefill, prefill_runtime(IndexType::i32, runtime_options);
+  DecodeKernel decode;
+  KernelAdapter decode_runtime(Entry::decode, IndexType::i32, runtime_options);
+  KernelAdapter general(Entry::decode, IndexType::i32, general_options);
+  KernelAdapter general_runtime(Entry::decode, IndexType::i32, general_runtime_options);
+  std::mt19937_64 rng(seed_for("cuda.recurrent_prefill", "fixed_size_instances"));
+  const int cases = std::max(6, case_count() / 10);
+  int failures = 0;
+  for (int i = 0; i < cases; ++i) {
+    if (i % 2 == 0) {
+      KernelCase c = random_prefill_case(rng);
+      c.problem.K = c.problem.V = 128;
+      const Inputs inputs = c.inputs();
+      const bool same = outputs_bits_equal(prefill.run(c.problem, inputs), prefill_runtime.run(c.problem, inputs));
+      Tally::instance().add("cuda.recurrent_prefill", "fixed_size_instances", true, !same);
+      if (!same && ++failures <= kMaxReported) FAIL_CHECK("fixed-size prefill != runtime-size: " << c.describe());
+    } else {
+      KernelCase c = random_decode_case(rng);
+      Problem& p = c.problem;
+      p.K = p.V = 128;
+      p.state_layout = rng() % 2 == 0 ? StateLayout::k_major : StateLayout::v_major;
+      const Problem shape = Problem::fixed_length(p.N(), 1 + std::int64_t(rng() % 3), p.H, p.HV, p.K, p.V);
+      p.cu_seqlens = shape.cu_seqlens;
+      p.T = shape.T;
+      const Inputs inputs = c.inputs();
+      const Outputs<double> reference = general_runtime.run(p, inputs);
+      const bool same = outputs_bits_equal(decode.run(p, inputs), reference) &&
+                        outputs_bits_equal(decode_runtime.run(p, inputs), reference) &&
+                        outputs_bits_equal(general.run(p, inputs), reference);
+      Tally::instance().add("cuda.decode", "fixed_size_instances", true, !same);
+      if (!same && ++failures <= kMaxReported) FAIL_CHECK("fixed-size decode != runtime-size: " << c.describe());
+    }
+  }
+  CHECK(failures == 0);
+}
+
 TEST_CASE("int64 cu_seqlens give the same bits as int32", "[gpu]") {
   RecurrentPrefillKernel narrow(IndexType::i32), wide(IndexType::i64);
   std::mt19937_64 rng(seed_for("cuda.recurrent_prefill", "cu_seqlens_int64"));

@@ -279,6 +279,7 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.store_intermediate = p.store_intermediate_states;
   r.vector_k = p.K % 4 == 0;
   r.vector_v = p.V % 4 == 0;
+  r.runtime_sizes = options.runtime_size_kernels;
   r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
   const std::int64_t blocks = (r.items + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;

@@ -232,7 +232,13 @@ struct Token {
 // butterfly get the same bits). Why: a warp of the streamed decode kernel then owns 32 columns,
 // whole 128-byte lines of a K-major state, and its bits stay those of the default tile, so that
 // decode == prefill still holds bit for bit.
-template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false, int SPLIT = 1>
+// KF, VF (0: runtime): K and V known at compile time, so that row addresses become the tile's
+// base plus immediate offsets and bounds tests fold away (the K = V = 128 instances of
+// Qwen3-Next / Qwen3.5: ncu at one request put ~45% of the (4, 16) kernels' instructions on
+// 64-bit address arithmetic, bounds tests and selects). Same operations on the values, in the
+// same order: the same bits as the runtime-size instance.
+template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false, int SPLIT = 1, int KF = 0,
+          int VF = 0>
 struct Tile {
   static constexpr int RL = 32 / COL_LANES;  // row lanes
   static constexpr int BV = 4 * COL_LANES;   // columns per warp
@@ -243,6 +249,15 @@ struct Tile {
   const RecurrentParams& p;
   int rg, cg, v0, h, j;
 
+  __device__ __forceinline__ int dim_k() const {
+    if constexpr (KF > 0) return KF;
+    else return p.K;
+  }
+  __device__ __forceinline__ int dim_v() const {
+    if constexpr (VF > 0) return VF;
+    else return p.V;
+  }
+
   __device__ Tile(const RecurrentParams& params, int lane, int tile, int head)
       : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + 4 * (lane % COL_LANES)),
         h(head / params.group), j(head) {}
@@ -251,7 +266,7 @@ struct Tile {
 
   // S of one (row, head) of a [rows, HV, K, V] (or V-major) fp32 tensor.
   __device__ void load_state(const float* base, float s[RPL][4]) const {
-    const int K = p.K, V = p.V;
+    const int K = dim_k(), V = dim_v();
     if constexpr (ALIGNED) {
       // The layout branch stays outside the loops: one basic block of loads, all in flight.
       if (!p.v_major) {
@@ -308,7 +323,7 @@ struct Tile {
   // STREAMING: the aligned path's stores carry the evict-first (.cs) cache hint.
   template <bool STREAMING = false>
   __device__ void store_state(float* base, const float s[RPL][4]) const {
-    const int K = p.K, V = p.V;
+    const int K = dim_k(), V = dim_v();
     const auto put = [](float* at, float4 x) {
       if constexpr (STREAMING) __stcs(reinterpret_cast<float4*>(at), x);
       else *reinterpret_cast<float4*>(at) = x;
@@ -357,7 +372,7 @@ struct Tile {
   }
 
   __device__ void load_token(std::int64_t t, Token<In, RPL>& x) const {
-    const int K = p.K, V = p.V;
+    const int K = dim_k(), V = dim_v();
     const In* kp = static_cast<const In*>(p.k) + (t * p.H + h) * K;
     const In* qp = static_cast<const In*>(p.q) + (t * p.H + h) * K;
     const In* vp = static_cast<const In*>(p.v) + (t * p.HV + j) * V;
@@ -422,11 +437,11 @@ struct Tile {
 
   // k and q of chunk m as step() uses them: zero where the chunk lies beyond K.
   __device__ __forceinline__ Raw4<In> k_at(const Token<In, RPL>& x, int m) const {
-    if constexpr (ALIGNED && !EAGER) return masked(x.k[m], k_of(m) < p.K);
+    if constexpr (ALIGNED && !EAGER) return masked(x.k[m], k_of(m) < dim_k());
     else return x.k[m];
   }
   __device__ __forceinline__ Raw4<In> q_at(const Token<In, RPL>& x, int m) const {
-    if constexpr (ALIGNED && !EAGER) return masked(x.q[m], k_of(m) < p.K);
+    if constexpr (ALIGNED && !EAGER) return masked(x.q[m], k_of(m) < dim_k());
     else return x.q[m];
   }
 
@@ -498,7 +513,7 @@ struct Tile {
     const float qs = p.scale * iq;
     const float kqs = kq[0] * ik * qs;
     float v[4], u[4];
-    if constexpr (ALIGNED && !EAGER) masked(x.v, v0 < p.V).unpack(v);
+    if constexpr (ALIGNED && !EAGER) masked(x.v, v0 < dim_v()).unpack(v);
     else x.v.unpack(v);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -519,21 +534,21 @@ struct Tile {
   }
 
   __device__ void store_o(std::int64_t t, const float o[4]) const {
-    if (rg == 0 && v0 < p.V) {
-      In* out = static_cast<In*>(p.o) + (t * p.HV + j) * p.V + v0;
+    if (rg == 0 && v0 < dim_v()) {
+      In* out = static_cast<In*>(p.o) + (t * p.HV + j) * dim_v() + v0;
       if constexpr (ALIGNED) Element<In>::store4(out, o);
-      else store_run(out, p.V - v0, p.vector_v, o);
+      else store_run(out, dim_v() - v0, p.vector_v, o);
     }
   }
 
   __device__ float* intermediate_at(std::int64_t t) const {
-    return p.intermediate + (t * p.HV + j) * std::int64_t(p.K) * p.V;
+    return p.intermediate + (t * p.HV + j) * std::int64_t(dim_k()) * dim_v();
   }
 };
 
-template <class In, int COL_LANES, int RPL, bool ALIGNED>
+template <class In, int COL_LANES, int RPL, bool ALIGNED, int KF = 0, int VF = 0>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  using TileT = Tile<In, COL_LANES, RPL, ALIGNED>;
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, false, 1, KF, VF>;
   const int lane = threadIdx.x & 31;
   const std::int64_t item = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   // Whole warps leave together: every shuffle below runs with all 32 lanes.
@@ -618,6 +633,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) recurrent_kernel(const __
 template <class In, int COL_LANES, int RPL>
 void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
   const std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  // K = V = 128 at the default K = 128 tile: the fixed-size instance (same bits, see Tile).
+  if constexpr (COL_LANES == 4 && RPL == 16) {
+    if (params.K == 128 && params.V == 128 && !params.runtime_sizes) {
+      recurrent_kernel<In, 4, 16, true, 128, 128><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
+      return;
+    }
+  }
   if (params.vector_k && params.vector_v)
     recurrent_kernel<In, COL_LANES, RPL, true><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
   else

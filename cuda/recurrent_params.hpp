@@ -40,6 +40,7 @@ struct RecurrentParams {
   int store_intermediate;
   int vector_k;   // K % 4 == 0: rows along K allow vector accesses
   int vector_v;   // V % 4 == 0
+  int runtime_sizes;  // 1: never the fixed-size (K = V = 128) instances (LaunchOptions::runtime_size_kernels)
 
   int num_tiles;       // ceil(V / (4 * column_lanes))
   std::int64_t items;  // N * HV * num_tiles warps
