@@ -98,6 +98,10 @@ struct LaunchOptions {
   // decode only: run the general kernel even where the streamed decode kernel applies (for
   // comparison; both give the same bits).
   bool general_decode = false;
+  // decode only: run the streamed kernel wherever it applies, whatever the batch. By default
+  // batches of at most 4096 (request, value head) items (128 requests at HV = 32) run the
+  // general kernel, which has the lower latency there (same bits).
+  bool streamed_decode = false;
   // decode only: where the streamed kernel runs the default tile (4 column lanes, 16 rows per
   // lane) on a K-major state with V <= 128, K and V multiples of 4 and one token per request,
   // run its wide tile instead: 32 columns per warp computing the same sums in the same order
@@ -134,7 +138,8 @@ void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t s
 int default_column_lanes(const Problem& problem, bool decode);
 
 // Whether decode(problem, ..., options) runs the streamed kernel: not forced off by
-// options.general_decode, the state is K * V * 4 <= 64 KiB with K * V a multiple of 4 (one
+// options.general_decode, more than 4096 (request, value head) items or options.streamed_decode,
+// the state is K * V * 4 <= 64 KiB with K * V a multiple of 4 (one
 // 16-byte-aligned bulk copy per state), V fits 8 tiles of 4 * column_lanes columns and a lane
 // holds at most 16 rows of K (at the default tile: K <= 128 with V <= 128, or K > 128 with
 // V <= 64). Host-only, no CUDA call.

@@ -188,31 +188,52 @@ TEST_CASE("decode picks the streamed kernel only where it applies", "[cuda][api]
     p.has_hT = true;
     return p;
   };
+  // Small batches (at most 4096 (request, value head) items) run the general kernel unless
+  // options.streamed_decode; the shape rules below are checked with it.
+  LaunchOptions streamed;
+  streamed.streamed_decode = true;
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(128, 128)));
+  Problem large = decode_problem(128, 128);
+  const Problem large_shape = Problem::fixed_length(1025, 1, 2, 4, 128, 128);  // 4100 items
+  large.cu_seqlens = large_shape.cu_seqlens;
+  large.T = large_shape.T;
+  large.state_slots = 1025;
+  CHECK(decode_uses_stream_kernel(large));
+  large.HV = 2;  // 2050 items
+  large.H = 2;
+  CHECK_FALSE(decode_uses_stream_kernel(large));
   // The benchmark shape: a 64 KiB state, 8 tiles of 16 columns, 16 rows per lane.
-  CHECK(decode_uses_stream_kernel(decode_problem(128, 128)));
-  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(128, 128), LaunchOptions{0, true}));
+  CHECK(decode_uses_stream_kernel(decode_problem(128, 128), streamed));
+  LaunchOptions general = streamed;
+  general.general_decode = true;
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(128, 128), general));
   // Odd sizes are fine while K * V is a multiple of 4 (one aligned bulk copy per state).
-  CHECK(decode_uses_stream_kernel(decode_problem(3, 4)));
-  CHECK(decode_uses_stream_kernel(decode_problem(100, 36)));
-  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(3, 5)));
+  CHECK(decode_uses_stream_kernel(decode_problem(3, 4), streamed));
+  CHECK(decode_uses_stream_kernel(decode_problem(100, 36), streamed));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(3, 5), streamed));
   // Over 64 KiB, over 8 tiles (V > 128 at 16 columns), or K > 128 with V > 64.
-  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(256, 256)));
-  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(64, 192)));
-  CHECK(decode_uses_stream_kernel(decode_problem(256, 64)));
-  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(129, 128)));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(256, 256), streamed));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(64, 192), streamed));
+  CHECK(decode_uses_stream_kernel(decode_problem(256, 64), streamed));
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(129, 128), streamed));
   // 32 rows per lane (8 column lanes at K = 128) would spill: the general kernel runs.
-  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(128, 128), LaunchOptions{8, false}));
-  CHECK(decode_uses_stream_kernel(decode_problem(64, 128), LaunchOptions{8, false}));
+  LaunchOptions eight_lanes = streamed;
+  eight_lanes.column_lanes = 8;
+  CHECK_FALSE(decode_uses_stream_kernel(decode_problem(128, 128), eight_lanes));
+  CHECK(decode_uses_stream_kernel(decode_problem(64, 128), eight_lanes));
   // A dense-state problem (no cache) is never a decode.
   Problem dense = decode_problem(128, 128);
   dense.state_slots = 0;
-  CHECK_FALSE(decode_uses_stream_kernel(dense));
+  CHECK_FALSE(decode_uses_stream_kernel(dense, streamed));
 
   // The wide tile: opt-in, where the streamed kernel runs the default tile at K in (64, 128],
   // K-major, V <= 128, K and V multiples of 4, one token per request.
-  LaunchOptions wide;
+  LaunchOptions wide = streamed;
   wide.wide_stream_tile = true;
-  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128)));
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128), streamed));
+  LaunchOptions wide_small_batch;
+  wide_small_batch.wide_stream_tile = true;  // a small batch runs the general kernel
+  CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(128, 128), wide_small_batch));
   CHECK(decode_uses_wide_stream_tile(decode_problem(128, 128), wide));
   CHECK(decode_uses_wide_stream_tile(decode_problem(68, 4), wide));
   CHECK_FALSE(decode_uses_wide_stream_tile(decode_problem(64, 128), wide));   // 8 rows per lane

@@ -8,8 +8,9 @@
 // (bench::EventTimer), so the time is the device's alone, as in the peer's do_bench timing;
 // held 0: the launch starts from an idle GPU and the time includes its host submission.
 // Args: batch, column_lanes (0 = default tile), status (1: the graph-safe state-index check
-// kernel runs first), graph (1: replay a captured graph), general (1: force the general kernel
-// where the streamed decode kernel applies; counter "streamed" says which one ran), v_major (1: the
+// kernel runs first), graph (1: replay a captured graph), general (0: the default choice, the
+// general kernel up to 4096 (request, head) items, the streamed one above where it applies;
+// 1: force the general kernel; 2: force the streamed kernel; counter "streamed" says which ran), v_major (1: the
 // [N, HV, V, K] state layout of FlashInfer and recent vLLM / SGLang, spec §1 and §7), wide (1:
 // LaunchOptions::wide_stream_tile, same bits), held, runtime_sizes (1: the runtime-size instances
 // of the default tile, LaunchOptions::runtime_size_kernels, same bits).
@@ -55,7 +56,8 @@ void BM_decode(benchmark::State& state) {
   options.column_lanes = static_cast<int>(state.range(1));
   const bool with_status = state.range(2) != 0;
   const bool graph_mode = state.range(3) != 0;
-  options.general_decode = state.range(4) != 0;
+  options.general_decode = state.range(4) == 1;
+  options.streamed_decode = state.range(4) == 2;
   const bool v_major = state.range(5) != 0;
   options.wide_stream_tile = state.range(6) != 0;
   const bool held = state.range(7) != 0;
@@ -155,7 +157,7 @@ BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
 // the streamed kernel and the general one.
 BENCHMARK(BM_decode)
     ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1}, {0}, {0}, {1}, {0}})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1, 2}, {0}, {0}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The V-major layout at the default tile, streamed kernel, launch and graph modes.
@@ -167,7 +169,7 @@ BENCHMARK(BM_decode)
 // The streamed kernel's wide tile (K-major), launch and graph modes.
 BENCHMARK(BM_decode)
     ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {0}, {1}, {1}, {0}})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {2}, {0}, {1}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
@@ -180,7 +182,13 @@ BENCHMARK(BM_decode)
 // bits) against the K = V = 128 ones above.
 BENCHMARK(BM_decode)
     ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {1}, {0, 1}, {0}, {0}, {1}, {1}})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {1}, {1, 2}, {0}, {0}, {1}, {1}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+// Where the general and the streamed kernel cross over (graph mode, held).
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
+    ->ArgsProduct({{2, 8, 32, 128}, {0}, {0}, {1}, {1, 2}, {0}, {0}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Latency as a caller sees it: the default tile launched from an idle GPU (host submission,

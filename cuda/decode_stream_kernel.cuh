@@ -99,13 +99,15 @@ __device__ __forceinline__ void take_stage(const TileT& tl, const float* stage, 
 // RPL / 2) with 32 columns per warp; MAX_THREADS bounds the block (one producer warp plus the
 // consumers), which sets the register cap: the SM's four register files hold 3 warps each at 9
 // warps (168 registers), 2 at 5 (255), and the wide tile's 128-float state needs the latter.
-// KF, VF: K, V fixed at compile time (0: runtime), see Tile.
+// Runtime K and V only: the (4, 16) instance with V = 128 fixed at compile time (Tile's VF; K
+// fixed too spilled 72 bytes at the 168-register cap) was 6% slower on the H200 at 256 and 1024
+// requests (a78d159: 0.3205 / 1.2469 ms against 0.3012 / 1.1720 ms, graph mode, held).
 template <class In, int COL_LANES, int RPL, bool ALIGNED, int WRITE_BACK, int SPLIT = 1,
-          int MAX_THREADS = kStreamMaxThreads, int KF = 0, int VF = 0>
+          int MAX_THREADS = kStreamMaxThreads>
 __global__ void __launch_bounds__(MAX_THREADS, 1)
     decode_stream_kernel(const __grid_constant__ RecurrentParams p, const __grid_constant__ StreamParams sp) {
   // The wide tile defers the token's masks and gates (registers allow it there); see Tile.
-  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/SPLIT == 1, SPLIT, KF, VF>;
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, /*EAGER=*/SPLIT == 1, SPLIT>;
   static_assert(RPL <= 16 || MAX_THREADS <= 5 * 32,
                 "32 rows per lane spill at 9 warps (see launch_stream_for_type)");
   extern __shared__ __align__(128) unsigned char smem[];
@@ -305,14 +307,6 @@ void launch_stream_kernel(const RecurrentParams& params, const StreamParams& sp,
 
 template <class In, int COL_LANES, int RPL, int WRITE_BACK>
 void launch_stream_mode(const RecurrentParams& params, const StreamParams& sp, cudaStream_t stream) {
-  // K = V = 128 at the default K = 128 tile: the instance with V fixed (same bits, see Tile).
-  // K stays a runtime size: with K fixed too, ptxas spilled 72 bytes at the 168-register cap
-  // (V alone: none).
-  if constexpr (COL_LANES == 4 && RPL == 16) {
-    if (params.K == 128 && params.V == 128 && !params.runtime_sizes)
-      return launch_stream_kernel<decode_stream_kernel<In, 4, 16, true, WRITE_BACK, 1, kStreamMaxThreads, 0, 128>>(
-          params, sp, stream);
-  }
   if (params.vector_k && params.vector_v)
     launch_stream_kernel<decode_stream_kernel<In, COL_LANES, RPL, true, WRITE_BACK>>(params, sp, stream);
   else

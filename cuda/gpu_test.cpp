@@ -45,7 +45,7 @@ constexpr int kMaxReported = 8;
 }  // namespace
 
 TEMPLATE_TEST_CASE("conformance: random cases within the calibrated budget", "[gpu][conformance]",
-                   RecurrentPrefillKernel, DecodeKernel) {
+                   RecurrentPrefillKernel, DecodeKernel, StreamedDecodeKernel) {
   TestType kernel;
   const char* name = KernelTraits<TestType>::name();
   std::mt19937_64 rng(seed_for(name, "conformance"));
@@ -71,7 +71,7 @@ TEMPLATE_TEST_CASE("conformance: random cases within the calibrated budget", "[g
 }
 
 TEMPLATE_TEST_CASE("determinism: repeated launches are bitwise identical", "[gpu]", RecurrentPrefillKernel,
-                   DecodeKernel) {
+                   DecodeKernel, StreamedDecodeKernel) {
   TestType kernel;
   const char* name = KernelTraits<TestType>::name();
   std::mt19937_64 rng(seed_for(name, "determinism"));
@@ -90,7 +90,7 @@ TEMPLATE_TEST_CASE("determinism: repeated launches are bitwise identical", "[gpu
 }
 
 TEMPLATE_TEST_CASE("batch invariance: a sequence's bits do not depend on its neighbours or position", "[gpu]",
-                   RecurrentPrefillKernel, DecodeKernel) {
+                   RecurrentPrefillKernel, DecodeKernel, StreamedDecodeKernel) {
   TestType kernel;
   const char* name = KernelTraits<TestType>::name();
   std::mt19937_64 rng(seed_for(name, "batch_invariance"));
@@ -128,7 +128,7 @@ TEMPLATE_TEST_CASE("batch invariance: a sequence's bits do not depend on its nei
 }
 
 TEMPLATE_TEST_CASE("isolation: a NaN in one sequence never reaches another", "[gpu]", RecurrentPrefillKernel,
-                   DecodeKernel) {
+                   DecodeKernel, StreamedDecodeKernel) {
   TestType kernel;
   const char* name = KernelTraits<TestType>::name();
   std::mt19937_64 rng(seed_for(name, "nan_isolation"));
@@ -241,8 +241,10 @@ TEST_CASE("the streamed decode at the default tile gives the general kernel's bi
   // K-major with one token (where the wide tile applies), the others V-major or 2-3 tokens
   // (where the wide option must fall back to the (4, 16) tile); padding slots, missing h0 / hT
   // and intermediate states as the random decode cases draw them.
-  DecodeKernel streamed;
-  LaunchOptions wide_options;
+  LaunchOptions streamed_options;
+  streamed_options.streamed_decode = true;  // whatever the batch (small ones run the general kernel)
+  KernelAdapter streamed(Entry::decode, IndexType::i32, streamed_options);
+  LaunchOptions wide_options = streamed_options;
   wide_options.wide_stream_tile = true;
   KernelAdapter wide(Entry::decode, IndexType::i32, wide_options);
   LaunchOptions general_options;
@@ -262,8 +264,8 @@ TEST_CASE("the streamed decode at the default tile gives the general kernel's bi
     const Problem shape = Problem::fixed_length(p.N(), tokens, p.H, p.HV, p.K, p.V);
     p.cu_seqlens = shape.cu_seqlens;
     p.T = shape.T;
-    REQUIRE(decode_uses_stream_kernel(p));
-    REQUIRE_FALSE(decode_uses_wide_stream_tile(p));
+    REQUIRE(decode_uses_stream_kernel(p, streamed_options));
+    REQUIRE_FALSE(decode_uses_wide_stream_tile(p, streamed_options));
     REQUIRE(decode_uses_wide_stream_tile(p, wide_options) == wide_case);
     const Inputs inputs = c.inputs();
     const Outputs<double> reference = general.run(p, inputs);
@@ -285,8 +287,10 @@ TEST_CASE("the K = V = 128 instances give the runtime-size instances' bits", "[g
   LaunchOptions general_options, general_runtime_options = runtime_options;
   general_options.general_decode = general_runtime_options.general_decode = true;
   RecurrentPrefillKernel prefill, prefill_runtime(IndexType::i32, runtime_options);
-  DecodeKernel decode;
-  KernelAdapter decode_runtime(Entry::decode, IndexType::i32, runtime_options);
+  LaunchOptions streamed_options, streamed_runtime_options = runtime_options;
+  streamed_options.streamed_decode = streamed_runtime_options.streamed_decode = true;
+  KernelAdapter decode(Entry::decode, IndexType::i32, streamed_options);
+  KernelAdapter decode_runtime(Entry::decode, IndexType::i32, streamed_runtime_options);
   KernelAdapter general(Entry::decode, IndexType::i32, general_options);
   KernelAdapter general_runtime(Entry::decode, IndexType::i32, general_runtime_options);
   std::mt19937_64 rng(seed_for("cuda.recurrent_prefill", "fixed_size_instances"));
@@ -417,7 +421,10 @@ struct DecodeDevice {
 
 }  // namespace
 
-TEST_CASE("CUDA graph: capture decode once, change device data, replay", "[gpu]") {
+namespace {
+
+// One graph-replay check of decode with the given options (suffix: the tally property's).
+void check_graph_replay(const LaunchOptions& launch_options, const char* suffix) {
   Problem p = Problem::fixed_length(6, 2, 2, 4, 64, 96);
   p.input_dtype = DType::bf16;
   p.gate_dtype = DType::f32;
@@ -435,12 +442,12 @@ TEST_CASE("CUDA graph: capture decode once, change device data, replay", "[gpu]"
   device.upload(fuzz::make_inputs(p, options, 1));
   cudaGraph_t graph;
   check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  decode(p, device.tensors, stream);
+  decode(p, device.tensors, stream, launch_options);
   check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec;
   check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
 
-  DecodeKernel direct;
+  KernelAdapter direct(Entry::decode, IndexType::i32, launch_options);
   int failures = 0;
   for (std::uint64_t seed = 2; seed < 6; ++seed) {
     // New data in the same buffers, including new slot assignments and padding rows.
@@ -451,10 +458,10 @@ TEST_CASE("CUDA graph: capture decode once, change device data, replay", "[gpu]"
     const Outputs<double> replayed = device.download();
     const Outputs<double> expected = direct.run(p, inputs);
     const bool same = outputs_bits_equal(replayed, expected);
-    Tally::instance().add("cuda.decode", "graph_replay", true, !same);
+    Tally::instance().add("cuda.decode", std::string("graph_replay") + suffix, true, !same);
     if (!same) {
       ++failures;
-      FAIL_CHECK("graph replay differs from a direct launch, seed " << seed);
+      FAIL_CHECK("graph replay differs from a direct launch, seed " << seed << suffix);
     }
     const std::vector<int> status = device.status.download();
     CHECK(status[0] == kStatusOk);
@@ -470,12 +477,22 @@ TEST_CASE("CUDA graph: capture decode once, change device data, replay", "[gpu]"
   const std::vector<std::uint16_t> o_bits = device.o.download();
   bool untouched = std::all_of(o_bits.begin(), o_bits.end(), [](std::uint16_t x) { return x == 0xFFFF; });
   untouched = untouched && bits_equal(after.hT, bad.h0);
-  Tally::instance().add("cuda.decode", "graph_bad_index_writes_nothing", true, !untouched);
+  Tally::instance().add("cuda.decode", std::string("graph_bad_index_writes_nothing") + suffix, true, !untouched);
   CHECK(untouched);
   CHECK(failures == 0);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA graph: capture decode once, change device data, replay", "[gpu]") {
+  // A small batch runs the general kernel by default; the streamed kernel is forced too.
+  check_graph_replay(LaunchOptions{}, "");
+  LaunchOptions streamed;
+  streamed.streamed_decode = true;
+  check_graph_replay(streamed, "_streamed");
 }
 
 TEST_CASE("in-place dense state (h0 == hT) gives the same bits as separate buffers", "[gpu]") {

@@ -44,4 +44,18 @@ class DecodeKernel : public KernelAdapter {
   DecodeKernel() : KernelAdapter(Entry::decode) {}
 };
 
+// Decode with the streamed kernel wherever it applies (LaunchOptions::streamed_decode): the
+// random cases' small batches would otherwise run the general kernel.
+class StreamedDecodeKernel : public KernelAdapter {
+ public:
+  StreamedDecodeKernel() : KernelAdapter(Entry::decode, IndexType::i32, streamed_options()) {}
+
+ private:
+  static LaunchOptions streamed_options() {
+    LaunchOptions options;
+    options.streamed_decode = true;
+    return options;
+  }
+};
+
 }  // namespace gdn::cuda

@@ -162,7 +162,9 @@ int rows_per_lane_for(const Problem& p, int column_lanes) {
 }
 
 // Where the streamed decode kernel applies (api.hpp, decode_uses_stream_kernel).
-bool stream_kernel_applies(const Problem& p, int column_lanes) {
+bool stream_kernel_applies(const Problem& p, const LaunchOptions& options, int column_lanes) {
+  if (options.general_decode) return false;
+  if (!options.streamed_decode && std::int64_t(p.N()) * p.HV <= detail::kGeneralDecodeMaxItems) return false;
   const std::int64_t state_elements = std::int64_t(p.K) * p.V;
   const int num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   return p.uses_state_cache() && state_elements % 4 == 0 && state_elements * 4 <= detail::kStreamMaxStateBytes &&
@@ -293,7 +295,7 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
     }
     check_cuda(cudaGetLastError(), "check_indices launch");
   }
-  if (decode && !options.general_decode && stream_kernel_applies(p, column_lanes)) {
+  if (decode && stream_kernel_applies(p, options, column_lanes)) {
     const bool wide = wide_stream_applies(p, options, column_lanes, rows_per_lane);
     if (wide) r.num_tiles = (p.V + 31) / 32;
     if (!detail::launch_decode_stream(element_type(p.input_dtype), wide ? 8 : column_lanes, wide ? 32 : rows_per_lane,
@@ -333,7 +335,7 @@ bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& opti
   if (options.column_lanes != 0 && options.column_lanes != 2 && options.column_lanes != 4 &&
       options.column_lanes != 8)
     return false;
-  return stream_kernel_applies(problem, column_lanes_for(problem, options, /*decode=*/true));
+  return stream_kernel_applies(problem, options, column_lanes_for(problem, options, /*decode=*/true));
 }
 
 bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& options) {

@@ -71,7 +71,7 @@ if [[ $PHASES == *D* ]]; then
   profile dec_256 decode_stream_kernel "$BIN/cuda_bench_decode" \
     --benchmark_filter='BM_decode/batch:256/column_lanes:0/status:0/graph:0/general:0/v_major:0/wide:0'
   profile dec_256_wide decode_stream_kernel "$BIN/cuda_bench_decode" \
-    --benchmark_filter='BM_decode/batch:256/column_lanes:0/status:0/graph:0/general:0/v_major:0/wide:1'
+    --benchmark_filter='BM_decode/batch:256/column_lanes:0/status:0/graph:0/general:2/v_major:0/wide:1'
   profile probe_8192 stream_probe_kernel "$BIN/cuda_bench_decode" \
     --benchmark_filter='BM_stream_probe/items:8192/write_mode:1'
   profile probe_8192_lines stream_probe_kernel "$BIN/cuda_bench_decode" \
@@ -82,7 +82,7 @@ if [[ $PHASES == *L* ]]; then
   log "L: ncu, one-request decode and the low-parallelism chunked prefill"
   export GDN_BENCH_NO_HOLD=1
   profile dec_1 decode_stream_kernel "$BIN/cuda_bench_decode" \
-    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:0/v_major:0/wide:0/held:1'
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:2/v_major:0/wide:0/held:1'
   profile dec_1_general recurrent_kernel "$BIN/cuda_bench_decode" \
     --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:1/v_major:0/wide:0/held:1'
   if [ -d .whl ]; then

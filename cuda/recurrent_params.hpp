@@ -47,6 +47,13 @@ struct RecurrentParams {
 };
 
 constexpr int kWarpsPerBlock = 4;
+// Launches of at most this many warps (one or two decode requests at HV = 32, K = V = 128) run
+// the fixed-size default instance one warp per block (recurrent_kernel.cuh, launch_instance).
+constexpr std::int64_t kSmallLaunchWarps = 512;
+// Decode batches of at most this many (request, value head) items run the general kernel, not
+// the streamed one, unless LaunchOptions::streamed_decode (same bits; on the H200, a78d159,
+// the general kernel was faster up to 64 requests at HV = 32, the streamed one from 256).
+constexpr std::int64_t kGeneralDecodeMaxItems = 4096;
 
 // Launches the main kernel for (input type, column_lanes, rows_per_lane); defined in the
 // per-dtype .cu files. Returns false when that combination is not instantiated.

@@ -42,6 +42,11 @@ struct KernelTraits<DecodeKernel> {
   static const char* name() { return "cuda.decode"; }
   static KernelCase random_case(std::mt19937_64& rng) { return random_decode_case(rng); }
 };
+template <>
+struct KernelTraits<StreamedDecodeKernel> {
+  static const char* name() { return "cuda.decode_streamed"; }
+  static KernelCase random_case(std::mt19937_64& rng) { return random_decode_case(rng); }
+};
 
 // The problem restricted to (and reordered as) the given sequences, with the inputs sliced to
 // match; state-cache slots keep their numbers, dense states move with their sequence.
