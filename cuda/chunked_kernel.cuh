@@ -877,41 +877,67 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
   const E* const qg = static_cast<const E*>(p.q);
   const E* const kg = static_cast<const E*>(p.k);
   const E* const vg = static_cast<const E*>(p.v);
+  // The per-chunk copies, with each thread's share fixed once: thread tid copies the same
+  // 16-byte pieces (same row within its pass, same column) of every chunk, so the index
+  // arithmetic is done here and a chunk adds only its start (ncu at the low-parallelism shape put
+  // ~38% of the forward's instructions on recomputing it per piece and per chunk). Same pieces,
+  // same copies as a flat loop over idx = tid, tid + kThreads, ... would make.
+  constexpr int per = 16 / sizeof(E);
+  constexpr int pieces_k = KP / per;  // 16-byte pieces of a q/k row
+  constexpr int pieces_v = BV / per;
+  static_assert(kThreads % pieces_k == 0 && (kC * pieces_k) % kThreads == 0, "q/k pieces tile the block");
+  static_assert(kThreads % pieces_v == 0, "v pieces tile the block");
+  constexpr int rows_pass_k = kThreads / pieces_k, passes_k = kC / rows_pass_k;
+  constexpr int rows_pass_v = kThreads / pieces_v, passes_v = (kC + rows_pass_v - 1) / rows_pass_v;
+  const int qk_row = tid / pieces_k, qk_col = (tid % pieces_k) * per;
+  const int v_row = tid / pieces_v, v_col = (tid % pieces_v) * per;
+  const std::int64_t qk_row_stride = std::int64_t(p.H) * p.K, v_row_stride = std::int64_t(p.HV) * p.V;
+  const bool qk_col_ok = qk_col < p.K;
+  const E* const q_thread = qg + qk_row * qk_row_stride + h * p.K + qk_col;
+  const E* const k_thread = kg + qk_row * qk_row_stride + h * p.K + qk_col;
+  const E* const v_thread = vg + v_row * v_row_stride + j * p.V + v0 + v_col;
   // Q, K, V of the chunk at `start` (rows >= c and columns >= K zero-filled). No commit.
   auto issue_loads = [&](std::int64_t start, int c, E* Kdst) {
-    constexpr int per = 16 / sizeof(E);
-    constexpr int pieces_k = KP / per;
-    for (int idx = tid; idx < kC * pieces_k; idx += kThreads) {
-      const int row = idx / pieces_k, col = (idx % pieces_k) * per;
-      const bool ok = row < c && col < p.K;
-      const std::int64_t off = ok ? ((start + row) * p.H + h) * p.K + col : 0;
-      cp_async16(Qs + row * ldk + col, qg + off, ok);
-      cp_async16(Kdst + row * ldk + col, kg + off, ok);
+    const E* const qs = q_thread + start * qk_row_stride;
+    const E* const ks = k_thread + start * qk_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < passes_k; ++pass) {
+      const int row = qk_row + pass * rows_pass_k;
+      const bool ok = row < c && qk_col_ok;
+      const std::int64_t off = ok ? pass * rows_pass_k * qk_row_stride : 0;
+      cp_async16(Qs + row * ldk + qk_col, ok ? qs + off : qg, ok);
+      cp_async16(Kdst + row * ldk + qk_col, ok ? ks + off : kg, ok);
     }
-    constexpr int pieces_v = BV / per;
-    for (int idx = tid; idx < kC * pieces_v; idx += kThreads) {
-      const int row = idx / pieces_v, col = (idx % pieces_v) * per;
-      const bool ok = row < c;
-      const std::int64_t off = ok ? ((start + row) * p.HV + j) * p.V + v0 + col : 0;
-      cp_async16(Vs + row * ldv + col, vg + off, ok);
+    const E* const vs = v_thread + start * v_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < passes_v; ++pass) {
+      const int row = v_row + pass * rows_pass_v;
+      if (rows_pass_v * passes_v == kC || row < kC) {
+        const bool ok = row < c;
+        cp_async16(Vs + row * ldv + v_col, ok ? vs + pass * rows_pass_v * v_row_stride : vg, ok);
+      }
     }
   };
   // The prepass record of global chunk `chunk` (head j) into buffer `Wdst`: the tiles' rows of
-  // 64 into rows of ldc, then the scalars. No commit.
+  // 64 into rows of ldc, then the scalars. A record is contiguous: thread tid copies its pieces
+  // tid, tid + kThreads, ... of it. No commit.
+  constexpr int tiles = L::split ? 3 : 2;
+  constexpr int row_pieces = kC * sizeof(E) / 16;
+  constexpr int rows_pass_w = kThreads / row_pieces, passes_w = tiles * kC / rows_pass_w;
+  static_assert(kThreads % row_pieces == 0 && kC % rows_pass_w == 0, "record pieces tile the block");
+  const int w_row = tid / row_pieces, w_piece = tid % row_pieces;
+  const int w_dst_thread = w_row * (ldc * sizeof(E)) + w_piece * 16;
   auto issue_record = [&](std::int64_t chunk, unsigned char* Wdst) {
     const unsigned char* const src = p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
-    constexpr int tiles = L::split ? 3 : 2;
-    constexpr int row_pieces = kC * sizeof(E) / 16;
-#pragma unroll 1
-    for (int idx = tid; idx < tiles * kC * row_pieces; idx += kThreads) {
-      const int tile = idx / (kC * row_pieces), rem = idx % (kC * row_pieces);
-      const int row = rem / row_pieces, piece = rem % row_pieces;
-      cp_async16(Wdst + tile * L::c_bytes + row * (ldc * sizeof(E)) + piece * 16,
-                 src + tile * R::tile_bytes + row * (kC * sizeof(E)) + piece * 16, true);
+#pragma unroll
+    for (int pass = 0; pass < passes_w; ++pass) {
+      // Global row pass * rows_pass_w + w_row of the tiles: tile and row within it.
+      const int first_row = pass * rows_pass_w;  // a multiple of rows_pass_w: w_row stays in its tile
+      const int tile = first_row / kC, row0_in_tile = first_row % kC;
+      cp_async16(Wdst + tile * L::c_bytes + row0_in_tile * (ldc * sizeof(E)) + w_dst_thread,
+                 src + std::size_t(pass) * kThreads * 16 + std::size_t(tid) * 16, true);
     }
-#pragma unroll 1
-    for (int idx = tid; idx < 6 * kC * 4 / 16; idx += kThreads)
-      cp_async16(Wdst + L::w_off_scalar + idx * 16, src + R::rec_scalar + idx * 16, true);
+    if (tid < 6 * kC * 4 / 16) cp_async16(Wdst + L::w_off_scalar + tid * 16, src + R::rec_scalar + tid * 16, true);
   };
 
   if (bos < eos) {
