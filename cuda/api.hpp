@@ -109,9 +109,10 @@ struct LaunchOptions {
   // it was within +-1% of the default tile at 256 and 1024 requests, 3% faster at 64, 8% slower
   // for one request (reports/results/h200/CUDA_RECURRENT.md).
   bool wide_stream_tile = false;
-  // At K = V = 128 with the default tile, prefill and decode run instances compiled for those
-  // sizes (addresses and bounds folded at compile time); true runs the runtime-size instances
-  // instead. Same bits either way (tested bitwise); for comparison and tests.
+  // At K = V = 128 with the default tile, the general kernel (prefill, and decode where the
+  // streamed kernel does not run) uses an instance compiled for those sizes (addresses and
+  // bounds folded at compile time); true runs the runtime-size instance instead. Same bits
+  // either way (tested bitwise); for comparison and tests.
   bool runtime_size_kernels = false;
 };
 

@@ -331,7 +331,6 @@ void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t s
 }
 
 bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& options) {
-  if (options.general_decode) return false;
   if (options.column_lanes != 0 && options.column_lanes != 2 && options.column_lanes != 4 &&
       options.column_lanes != 8)
     return false;
