@@ -114,6 +114,14 @@ struct LaunchOptions {
   // bounds folded at compile time); true runs the runtime-size instance instead. Same bits
   // either way (tested bitwise); for comparison and tests.
   bool runtime_size_kernels = false;
+  // The general kernel's narrow tile at K = V = 128 with the default tile: 8 columns per warp
+  // instead of 16 (2 per lane instead of 4), twice the warps, each lane with the same rows,
+  // sums and butterflies: the same bits (tested bitwise). automatic: launches of at most 512
+  // default-tile warps (one or two decode requests at HV = 32, prefills of N * HV <= 64), where
+  // each warp's serial chain, not bandwidth, bounds the time. Ignored where it does not apply
+  // (other sizes or tiles, runtime_size_kernels, the streamed decode kernel).
+  enum class NarrowTile { automatic, off, on };
+  NarrowTile narrow_tile = NarrowTile::automatic;
 };
 
 // Full recurrence over a packed varlen batch (zero-length sequences allowed): one warp per
@@ -150,6 +158,10 @@ bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& opti
 // the streamed kernel at the default tile, i.e. K in (64, 128], a K-major state, V <= 128, K
 // and V multiples of 4, one token per request). Host-only.
 bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& options = {});
+
+// Whether recurrent_prefill (decode = false) or decode runs the general kernel's narrow tile
+// (LaunchOptions::narrow_tile). Host-only.
+bool uses_narrow_tile(const Problem& problem, const LaunchOptions& options, bool decode);
 
 // The host-side checks alone (no CUDA call): what the launches run first.
 void validate_prefill(const Problem& problem, const DeviceTensors& tensors);

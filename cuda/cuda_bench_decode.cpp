@@ -13,7 +13,8 @@
 // 1: force the general kernel; 2: force the streamed kernel; counter "streamed" says which ran), v_major (1: the
 // [N, HV, V, K] state layout of FlashInfer and recent vLLM / SGLang, spec §1 and §7), wide (1:
 // LaunchOptions::wide_stream_tile, same bits), held, runtime_sizes (1: the runtime-size instances
-// of the default tile, LaunchOptions::runtime_size_kernels, same bits).
+// of the default tile, LaunchOptions::runtime_size_kernels, same bits), narrow (0: automatic,
+// 1: off, 2: on; LaunchOptions::narrow_tile, same bits).
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -62,6 +63,9 @@ void BM_decode(benchmark::State& state) {
   options.wide_stream_tile = state.range(6) != 0;
   const bool held = state.range(7) != 0;
   options.runtime_size_kernels = state.range(8) != 0;
+  options.narrow_tile = state.range(9) == 1   ? LaunchOptions::NarrowTile::off
+                        : state.range(9) == 2 ? LaunchOptions::NarrowTile::on
+                                              : LaunchOptions::NarrowTile::automatic;
   const Problem p = decode_problem(batch, v_major);
   // One device problem per (batch, layout) for the whole process (a 1024-request cache is
   // 2 GiB; all of them ~9 GiB); the state keeps evolving from launch to launch, which is what decode does.
@@ -101,6 +105,7 @@ void BM_decode(benchmark::State& state) {
   state.counters["v_major"] = v_major ? 1 : 0;
   state.counters["wide"] = decode_uses_wide_stream_tile(p, options) ? 1 : 0;
   state.counters["streamed"] = decode_uses_stream_kernel(p, options) ? 1 : 0;
+  state.counters["narrow"] = uses_narrow_tile(p, options, /*decode=*/true) ? 1 : 0;
   state.counters["held"] = held ? 1 : 0;
   state.counters["hold_timeouts"] = timer.hold_timeouts();
   if (exec) cudaGraphExecDestroy(exec);
@@ -156,47 +161,54 @@ BENCHMARK(BM_copy)->UseManualTime()->Iterations(1);
 // The default tile at every batch, plain and with the status check, launch and graph modes,
 // the streamed kernel and the general one.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1, 2}, {0}, {0}, {1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0, 1, 2}, {0}, {0}, {1}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The V-major layout at the default tile, streamed kernel, launch and graph modes.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}, {0}, {1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {0}, {1}, {0}, {1}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The streamed kernel's wide tile (K-major), launch and graph modes.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {2}, {0}, {1}, {1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {0, 1}, {2}, {0}, {1}, {1}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Other tiles at the bandwidth-bound batches (tuning data; they change the bits).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}, {0}, {1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1, 256, 1024}, {2, 8}, {0}, {1}, {0}, {0}, {0}, {1}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // The general kernel's runtime-size instance of the default tile (LaunchOptions::
 // runtime_size_kernels, same bits) against its K = V = 128 one above (the streamed kernel has
 // only runtime sizes).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {1}, {1}, {0}, {0}, {1}, {1}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0}, {1}, {1}, {0}, {0}, {1}, {1}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Where the general and the streamed kernel cross over (graph mode, held).
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{2, 8, 32, 128}, {0}, {0}, {1}, {1, 2}, {0}, {0}, {1}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{2, 8, 32, 128}, {0}, {0}, {1}, {1, 2}, {0}, {0}, {1}, {0}, {0}})
+    ->UseManualTime()
+    ->MinTime(0.2);
+// The general kernel's narrow tile (same bits) against its standard tile where latency bounds
+// it (graph mode, held; narrow 1 = off, 2 = on).
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32, 64}, {0}, {0}, {1}, {1}, {0}, {0}, {1}, {0}, {1, 2}})
     ->UseManualTime()
     ->MinTime(0.2);
 // Latency as a caller sees it: the default tile launched from an idle GPU (host submission,
 // and in launch mode the host-side checks, included), with and without the status check.
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes"})
-    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0}, {0}, {0}, {0}, {0}})
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1, 64, 256, 1024}, {0}, {0, 1}, {0, 1}, {0}, {0}, {0}, {0}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
 

@@ -3,7 +3,8 @@
 // recurrence is serial in t, so what matters is tokens/s at a given batch shape; the state
 // traffic counter is reported for completeness (it is small here). CUDA-event time of one
 // launch per iteration, host-side checks included.
-// Args: sequences, tokens per sequence (0: the varlen mix below), column_lanes (0: default).
+// Args: sequences, tokens per sequence (0: the varlen mix below), column_lanes (0: default),
+// runtime_sizes, narrow.
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -40,6 +41,9 @@ void BM_prefill(benchmark::State& state) {
   LaunchOptions options;
   options.column_lanes = static_cast<int>(state.range(2));
   options.runtime_size_kernels = state.range(3) != 0;
+  options.narrow_tile = state.range(4) == 1   ? LaunchOptions::NarrowTile::off
+                        : state.range(4) == 2 ? LaunchOptions::NarrowTile::on
+                                              : LaunchOptions::NarrowTile::automatic;
   const Problem p = prefill_problem(sequences, length);
   static std::map<std::pair<int, int>, std::unique_ptr<bench::DeviceProblem>> devices;
   auto& device = devices[{sequences, length}];
@@ -60,6 +64,7 @@ void BM_prefill(benchmark::State& state) {
   }
   bench::report(state, total, state.iterations(), p, state_traffic_bytes(p));
   state.counters["T"] = double(p.T);
+  state.counters["narrow"] = uses_narrow_tile(p, options, /*decode=*/false) ? 1 : 0;
   cudaStreamDestroy(stream);
 }
 
@@ -68,24 +73,36 @@ void BM_prefill(benchmark::State& state) {
 // {sequences, tokens per sequence}: one long sequence, a few, many short ones, a varlen mix;
 // every shape with the default tile and with each instantiated column_lanes (2, 4, 8), so one
 // run shows what the default leaves on the table.
+// narrow: LaunchOptions::narrow_tile (0 automatic, 1 off, 2 on; same bits).
 // runtime_sizes 1: LaunchOptions::runtime_size_kernels (the default tile's runtime-size
 // instance instead of the K = V = 128 one; same bits).
 BENCHMARK(BM_prefill)
-    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes"})
-    ->ArgsProduct({{1}, {8192}, {0}, {0, 1}})
-    ->ArgsProduct({{4}, {4096}, {0}, {0, 1}})
-    ->ArgsProduct({{16}, {1024}, {0}, {0, 1}})
-    ->ArgsProduct({{64}, {256}, {0}, {0, 1}})
-    ->ArgsProduct({{8}, {0}, {0}, {0, 1}})
+    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1}, {8192}, {0}, {0, 1}, {0}})
+    ->ArgsProduct({{4}, {4096}, {0}, {0, 1}, {0}})
+    ->ArgsProduct({{16}, {1024}, {0}, {0, 1}, {0}})
+    ->ArgsProduct({{64}, {256}, {0}, {0, 1}, {0}})
+    ->ArgsProduct({{8}, {0}, {0}, {0, 1}, {0}})
     ->UseManualTime()
     ->MinTime(0.3);
 BENCHMARK(BM_prefill)
-    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes"})
-    ->ArgsProduct({{1}, {8192}, {2, 8}, {0}})
-    ->ArgsProduct({{4}, {4096}, {2, 8}, {0}})
-    ->ArgsProduct({{16}, {1024}, {2, 8}, {0}})
-    ->ArgsProduct({{64}, {256}, {2, 8}, {0}})
-    ->ArgsProduct({{8}, {0}, {2, 8}, {0}})
+    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1}, {8192}, {2, 8}, {0}, {0}})
+    ->ArgsProduct({{4}, {4096}, {2, 8}, {0}, {0}})
+    ->ArgsProduct({{16}, {1024}, {2, 8}, {0}, {0}})
+    ->ArgsProduct({{64}, {256}, {2, 8}, {0}, {0}})
+    ->ArgsProduct({{8}, {0}, {2, 8}, {0}, {0}})
+    ->UseManualTime()
+    ->MinTime(0.3);
+// The narrow tile (same bits) off and on at every shape: where it pays beyond the automatic
+// choice's small launches.
+BENCHMARK(BM_prefill)
+    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{1}, {8192}, {0}, {0}, {1, 2}})
+    ->ArgsProduct({{4}, {4096}, {0}, {0}, {1, 2}})
+    ->ArgsProduct({{16}, {1024}, {0}, {0}, {1, 2}})
+    ->ArgsProduct({{64}, {256}, {0}, {0}, {1, 2}})
+    ->ArgsProduct({{8}, {0}, {0}, {0}, {1, 2}})
     ->UseManualTime()
     ->MinTime(0.3);
 

@@ -277,17 +277,25 @@ TEST_CASE("the streamed decode at the default tile gives the general kernel's bi
   CHECK(failures == 0);
 }
 
-TEST_CASE("the K = V = 128 instances give the runtime-size instances' bits", "[gpu]") {
+TEST_CASE("the K = V = 128 instances (standard and narrow tile) give the runtime-size instances' bits", "[gpu]") {
   // Tile's KF / VF: at K = V = 128 the general kernel (prefill and decode) runs the default
   // tile's instance with both sizes fixed at compile time; LaunchOptions::runtime_size_kernels
   // runs the runtime-size one. Prefill over random packed batches; decode with 1-3 tokens, both
   // layouts, the fixed-size general kernel and the streamed kernel (runtime sizes only) against
-  // the runtime-size general kernel.
+  // the runtime-size general kernel. The fixed-size instance runs both its tiles: the standard
+  // one (narrow_tile off) and the narrow one (on), which must give the same bits.
   LaunchOptions runtime_options;
   runtime_options.runtime_size_kernels = true;
   LaunchOptions general_options, general_runtime_options = runtime_options;
   general_options.general_decode = general_runtime_options.general_decode = true;
-  RecurrentPrefillKernel prefill, prefill_runtime(IndexType::i32, runtime_options);
+  general_options.narrow_tile = LaunchOptions::NarrowTile::off;
+  LaunchOptions general_narrow_options = general_options, prefill_options, prefill_narrow_options;
+  general_narrow_options.narrow_tile = LaunchOptions::NarrowTile::on;
+  prefill_options.narrow_tile = LaunchOptions::NarrowTile::off;
+  prefill_narrow_options.narrow_tile = LaunchOptions::NarrowTile::on;
+  RecurrentPrefillKernel prefill(IndexType::i32, prefill_options), prefill_runtime(IndexType::i32, runtime_options);
+  RecurrentPrefillKernel prefill_narrow(IndexType::i32, prefill_narrow_options);
+  KernelAdapter general_narrow(Entry::decode, IndexType::i32, general_narrow_options);
   LaunchOptions streamed_options;
   streamed_options.streamed_decode = true;
   KernelAdapter streamed(Entry::decode, IndexType::i32, streamed_options);
@@ -301,7 +309,9 @@ TEST_CASE("the K = V = 128 instances give the runtime-size instances' bits", "[g
       KernelCase c = random_prefill_case(rng);
       c.problem.K = c.problem.V = 128;
       const Inputs inputs = c.inputs();
-      const bool same = outputs_bits_equal(prefill.run(c.problem, inputs), prefill_runtime.run(c.problem, inputs));
+      const Outputs<double> reference = prefill_runtime.run(c.problem, inputs);
+      const bool same = outputs_bits_equal(prefill.run(c.problem, inputs), reference) &&
+                        outputs_bits_equal(prefill_narrow.run(c.problem, inputs), reference);
       Tally::instance().add("cuda.recurrent_prefill", "fixed_size_instances", true, !same);
       if (!same && ++failures <= kMaxReported) FAIL_CHECK("fixed-size prefill != runtime-size: " << c.describe());
     } else {
@@ -315,6 +325,7 @@ TEST_CASE("the K = V = 128 instances give the runtime-size instances' bits", "[g
       const Inputs inputs = c.inputs();
       const Outputs<double> reference = general_runtime.run(p, inputs);
       const bool same = outputs_bits_equal(general.run(p, inputs), reference) &&
+                        outputs_bits_equal(general_narrow.run(p, inputs), reference) &&
                         outputs_bits_equal(streamed.run(p, inputs), reference);
       Tally::instance().add("cuda.decode", "fixed_size_instances", true, !same);
       if (!same && ++failures <= kMaxReported) FAIL_CHECK("fixed-size decode != runtime-size: " << c.describe());

@@ -182,6 +182,16 @@ bool wide_stream_applies(const Problem& p, const LaunchOptions& options, int col
          p.seq_len(0) == 1;
 }
 
+// The general kernel's narrow tile (LaunchOptions::narrow_tile; recurrent_kernel.cuh, Tile's CPL):
+// only the fixed-size K = V = 128 instance of the default (4, 16) tile has it.
+bool narrow_tile_applies(const Problem& p, const LaunchOptions& options, int column_lanes, int rows_per_lane) {
+  using Narrow = LaunchOptions::NarrowTile;
+  if (options.narrow_tile == Narrow::off || options.runtime_size_kernels) return false;
+  if (p.K != 128 || p.V != 128 || column_lanes != 4 || rows_per_lane != 16) return false;
+  const std::int64_t items = std::int64_t(p.N()) * p.HV * ((p.V + 15) / 16);
+  return options.narrow_tile == Narrow::on || items <= detail::kNarrowMaxItems;
+}
+
 // Stages: as many as the shared-memory budget holds (at most kStreamMaxStages), at least 2.
 detail::StreamParams stream_params_for(const Problem& p) {
   detail::StreamParams sp{};
@@ -284,6 +294,7 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.runtime_sizes = options.runtime_size_kernels;
   r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
+  r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane) ? 1 : 0;
   const std::int64_t blocks = (r.items + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;
   if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
 
@@ -341,6 +352,15 @@ bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& o
   if (!decode_uses_stream_kernel(problem, options)) return false;
   const int column_lanes = column_lanes_for(problem, options, /*decode=*/true);
   return wide_stream_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes));
+}
+
+bool uses_narrow_tile(const Problem& problem, const LaunchOptions& options, bool decode) {
+  if (options.column_lanes != 0 && options.column_lanes != 2 && options.column_lanes != 4 &&
+      options.column_lanes != 8)
+    return false;
+  const int column_lanes = column_lanes_for(problem, options, decode);
+  if (decode && stream_kernel_applies(problem, options, column_lanes)) return false;
+  return narrow_tile_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes));
 }
 
 bool device_available(std::string* why) {

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/recurrent_params.hpp"
 
@@ -102,6 +103,60 @@ __device__ __forceinline__ void Raw4<__half>::unpack(float out[4]) const {
   const __half2 lo = *reinterpret_cast<const __half2*>(&bits.x);
   const __half2 hi = *reinterpret_cast<const __half2*>(&bits.y);
   out[0] = __low2float(lo), out[1] = __high2float(lo), out[2] = __low2float(hi), out[3] = __high2float(hi);
+}
+
+// Two elements in their storage type (the narrow tile's v: two columns per lane).
+template <class T>
+struct Raw2 {
+  unsigned bits;
+  __device__ __forceinline__ void unpack(float out[2]) const;
+};
+template <>
+struct Raw2<float> {
+  float2 x;
+  __device__ __forceinline__ void unpack(float out[2]) const { out[0] = x.x, out[1] = x.y; }
+};
+template <>
+__device__ __forceinline__ void Raw2<__nv_bfloat16>::unpack(float out[2]) const {
+  const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  out[0] = __low2float(pair), out[1] = __high2float(pair);
+}
+template <>
+__device__ __forceinline__ void Raw2<__half>::unpack(float out[2]) const {
+  const __half2 pair = *reinterpret_cast<const __half2*>(&bits);
+  out[0] = __low2float(pair), out[1] = __high2float(pair);
+}
+__device__ __forceinline__ Raw2<float> load_raw2_plain(const float* p) {
+  Raw2<float> r;
+  r.x = *reinterpret_cast<const float2*>(p);
+  return r;
+}
+template <class T>
+__device__ __forceinline__ Raw2<T> load_raw2_plain(const T* p) {
+  Raw2<T> r;
+  r.bits = *reinterpret_cast<const unsigned*>(p);
+  return r;
+}
+__device__ __forceinline__ Raw2<float> masked(const Raw2<float>& x, bool valid) {
+  Raw2<float> r;
+  r.x = valid ? x.x : make_float2(0.f, 0.f);
+  return r;
+}
+template <class T>
+__device__ __forceinline__ Raw2<T> masked(const Raw2<T>& x, bool valid) {
+  Raw2<T> r;
+  r.bits = valid ? x.bits : 0u;
+  return r;
+}
+// Two adjacent elements (8- or 4-byte aligned), rounded to nearest.
+__device__ __forceinline__ void store_pair(float* p, const float x[2]) {
+  *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
+}
+__device__ __forceinline__ void store_pair(__nv_bfloat16* p, const float x[2]) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x[0], x[1]);
+}
+__device__ __forceinline__ void store_pair(__half* p, const float x[2]) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x[0], x[1]);
 }
 
 __device__ __forceinline__ unsigned short raw_bits(const __nv_bfloat16* p) {
@@ -203,11 +258,12 @@ __device__ __forceinline__ float gate_value(unsigned bits, int type) {
 
 // One token's inputs as loaded: k, q and v in their storage type, the two gate inputs (g and
 // beta, or a and b with fused gates) as raw bits. Nothing here is used before step().
-template <class In, int RPL>
+// CPL: the tile's columns per lane (4, or 2 for the narrow tile), v's elements per lane.
+template <class In, int RPL, int CPL = 4>
 struct Token {
   Raw4<In> k[RPL / 4];
   Raw4<In> q[RPL / 4];
-  Raw4<In> v;
+  std::conditional_t<CPL == 4, Raw4<In>, Raw2<In>> v;
   unsigned gate0;
   unsigned gate1;
 };
@@ -237,14 +293,21 @@ struct Token {
 // Qwen3-Next / Qwen3.5: ncu at one request put ~45% of the (4, 16) kernels' instructions on
 // 64-bit address arithmetic, bounds tests and selects). Same operations on the values, in the
 // same order: the same bits as the runtime-size instance.
+// CPL = 2 (the narrow tile): each lane holds 2 columns instead of 4, so a warp owns 2 *
+// COL_LANES columns and a V tile needs twice the warps. A lane keeps the same rows, sums them in
+// the same order and runs the same butterflies: every column gets the bits of the CPL = 4 tile.
+// Why: a one-request decode (32 heads) is latency bound with 256 warps of 64 state registers
+// a lane; 512 warps of 32 halve each warp's serial chain. Aligned, K-major or V-major.
 template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false, int SPLIT = 1, int KF = 0,
-          int VF = 0>
+          int VF = 0, int CPL = 4>
 struct Tile {
   static constexpr int RL = 32 / COL_LANES;  // row lanes
-  static constexpr int BV = 4 * COL_LANES;   // columns per warp
+  static constexpr int BV = CPL * COL_LANES;   // columns per warp
   static constexpr int CHUNKS = RPL / 4;
   static_assert(RPL % 4 == 0, "rows per lane come in chunks of 4");
   static_assert(SPLIT == 1 || (SPLIT == 2 && COL_LANES >= 4 && CHUNKS % 2 == 0), "SPLIT is 1, or 2 of an even tile");
+  static_assert(CPL == 4 || (CPL == 2 && ALIGNED && SPLIT == 1), "the narrow tile is aligned, SPLIT 1");
+  using TokenT = Token<In, RPL, CPL>;
 
   const RecurrentParams& p;
   int rg, cg, v0, h, j;
@@ -259,13 +322,13 @@ struct Tile {
   }
 
   __device__ Tile(const RecurrentParams& params, int lane, int tile, int head)
-      : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + 4 * (lane % COL_LANES)),
+      : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + CPL * (lane % COL_LANES)),
         h(head / params.group), j(head) {}
 
   __device__ __forceinline__ int k_of(int m) const { return 4 * (rg + RL * m); }
 
   // S of one (row, head) of a [rows, HV, K, V] (or V-major) fp32 tensor.
-  __device__ void load_state(const float* base, float s[RPL][4]) const {
+  __device__ void load_state(const float* base, float s[RPL][CPL]) const {
     const int K = dim_k(), V = dim_v();
     if constexpr (ALIGNED) {
       // The layout branch stays outside the loops: one basic block of loads, all in flight.
@@ -276,17 +339,24 @@ struct Tile {
           for (int e = 0; e < 4; ++e) {
             const int kk = k_of(m) + e;
             const bool valid = kk < K && v0 < V;
-            const float4 x = *reinterpret_cast<const float4*>(valid ? base + std::int64_t(kk) * V + v0 : base);
-            s[4 * m + e][0] = valid ? x.x : 0.f;
-            s[4 * m + e][1] = valid ? x.y : 0.f;
-            s[4 * m + e][2] = valid ? x.z : 0.f;
-            s[4 * m + e][3] = valid ? x.w : 0.f;
+            const float* at = valid ? base + std::int64_t(kk) * V + v0 : base;
+            if constexpr (CPL == 4) {
+              const float4 x = *reinterpret_cast<const float4*>(at);
+              s[4 * m + e][0] = valid ? x.x : 0.f;
+              s[4 * m + e][1] = valid ? x.y : 0.f;
+              s[4 * m + e][2] = valid ? x.z : 0.f;
+              s[4 * m + e][3] = valid ? x.w : 0.f;
+            } else {
+              const float2 x = *reinterpret_cast<const float2*>(at);
+              s[4 * m + e][0] = valid ? x.x : 0.f;
+              s[4 * m + e][1] = valid ? x.y : 0.f;
+            }
           }
       } else {
 #pragma unroll
         for (int m = 0; m < CHUNKS; ++m)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
+          for (int c = 0; c < CPL; ++c) {
             const int k0 = k_of(m);
             const bool valid = v0 + c < V && k0 < K;
             const float4 x = *reinterpret_cast<const float4*>(valid ? base + std::int64_t(v0 + c) * K + k0 : base);
@@ -297,7 +367,7 @@ struct Tile {
           }
       }
       return;
-    }
+    } else {
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       const int k0 = k_of(m);
@@ -318,11 +388,12 @@ struct Tile {
         }
       }
     }
+    }
   }
 
   // STREAMING: the aligned path's stores carry the evict-first (.cs) cache hint.
   template <bool STREAMING = false>
-  __device__ void store_state(float* base, const float s[RPL][4]) const {
+  __device__ void store_state(float* base, const float s[RPL][CPL]) const {
     const int K = dim_k(), V = dim_v();
     const auto put = [](float* at, float4 x) {
       if constexpr (STREAMING) __stcs(reinterpret_cast<float4*>(at), x);
@@ -334,20 +405,27 @@ struct Tile {
         for (int m = 0; m < CHUNKS; ++m)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            if (k_of(m) + e < K && v0 < V)
-              put(base + std::int64_t(k_of(m) + e) * V + v0,
-                  make_float4(s[4 * m + e][0], s[4 * m + e][1], s[4 * m + e][2], s[4 * m + e][3]));
+            if (k_of(m) + e < K && v0 < V) {
+              float* const at = base + std::int64_t(k_of(m) + e) * V + v0;
+              if constexpr (CPL == 4) {
+                put(at, make_float4(s[4 * m + e][0], s[4 * m + e][1], s[4 * m + e][2], s[4 * m + e][3]));
+              } else {
+                const float2 x = make_float2(s[4 * m + e][0], s[4 * m + e][1]);
+                if constexpr (STREAMING) __stcs(reinterpret_cast<float2*>(at), x);
+                else *reinterpret_cast<float2*>(at) = x;
+              }
+            }
       } else {
 #pragma unroll
         for (int m = 0; m < CHUNKS; ++m)
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
+          for (int c = 0; c < CPL; ++c)
             if (v0 + c < V && k_of(m) < K)
               put(base + std::int64_t(v0 + c) * K + k_of(m),
                   make_float4(s[4 * m + 0][c], s[4 * m + 1][c], s[4 * m + 2][c], s[4 * m + 3][c]));
       }
       return;
-    }
+    } else {
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
       const int k0 = k_of(m);
@@ -369,9 +447,10 @@ struct Tile {
         }
       }
     }
+    }
   }
 
-  __device__ void load_token(std::int64_t t, Token<In, RPL>& x) const {
+  __device__ void load_token(std::int64_t t, TokenT& x) const {
     const int K = dim_k(), V = dim_v();
     const In* kp = static_cast<const In*>(p.k) + (t * p.H + h) * K;
     const In* qp = static_cast<const In*>(p.q) + (t * p.H + h) * K;
@@ -387,9 +466,10 @@ struct Tile {
           x.q[m] = masked(x.q[m], k_of(m) < K);
         }
       }
-      x.v = load_raw_plain(vp + (v0 < V ? v0 : 0));
+      if constexpr (CPL == 4) x.v = load_raw_plain(vp + (v0 < V ? v0 : 0));
+      else x.v = load_raw2_plain(vp + (v0 < V ? v0 : 0));
       if constexpr (EAGER) x.v = masked(x.v, v0 < V);
-    } else {
+    } else if constexpr (CPL == 4) {
 #pragma unroll
       for (int m = 0; m < CHUNKS; ++m) {
         const int k0 = k_of(m);
@@ -411,7 +491,7 @@ struct Tile {
   }
 
   // The token's g and beta (already resolved by an EAGER load_token).
-  __device__ __forceinline__ void gates(const Token<In, RPL>& x, float& g, float& beta) const {
+  __device__ __forceinline__ void gates(const TokenT& x, float& g, float& beta) const {
     if constexpr (EAGER) {
       g = __uint_as_float(x.gate0);
       beta = __uint_as_float(x.gate1);
@@ -420,7 +500,7 @@ struct Tile {
     }
   }
   // g and beta from the raw gate inputs.
-  __device__ __forceinline__ void resolve_gates(const Token<In, RPL>& x, float& g, float& beta) const {
+  __device__ __forceinline__ void resolve_gates(const TokenT& x, float& g, float& beta) const {
     if (!p.fused_gates) {
       g = gate_value(x.gate0, p.gate_type);
       beta = gate_value(x.gate1, p.gate_type);
@@ -436,17 +516,17 @@ struct Tile {
   }
 
   // k and q of chunk m as step() uses them: zero where the chunk lies beyond K.
-  __device__ __forceinline__ Raw4<In> k_at(const Token<In, RPL>& x, int m) const {
+  __device__ __forceinline__ Raw4<In> k_at(const TokenT& x, int m) const {
     if constexpr (ALIGNED && !EAGER) return masked(x.k[m], k_of(m) < dim_k());
     else return x.k[m];
   }
-  __device__ __forceinline__ Raw4<In> q_at(const Token<In, RPL>& x, int m) const {
+  __device__ __forceinline__ Raw4<In> q_at(const TokenT& x, int m) const {
     if constexpr (ALIGNED && !EAGER) return masked(x.q[m], k_of(m) < dim_k());
     else return x.q[m];
   }
 
   // One step of §2 on the registers; writes this token's o columns.
-  __device__ __forceinline__ void step(const Token<In, RPL>& x, float s[RPL][4], float o[4]) const {
+  __device__ __forceinline__ void step(const TokenT& x, float s[RPL][CPL], float o[CPL]) const {
     // Gates first, while few registers are live (the fused ones are a dozen instructions).
     float g, beta;
     gates(x, g, beta);
@@ -454,12 +534,12 @@ struct Tile {
     Raw4<In> kr[CHUNKS];
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) kr[m] = k_at(x, m);
-    float sk[SPLIT], sq[SPLIT], kq[SPLIT], p1[SPLIT][4], p2[SPLIT][4];
+    float sk[SPLIT], sq[SPLIT], kq[SPLIT], p1[SPLIT][CPL], p2[SPLIT][CPL];
 #pragma unroll
     for (int h = 0; h < SPLIT; ++h) {
       sk[h] = sq[h] = kq[h] = 0.f;
 #pragma unroll
-      for (int c = 0; c < 4; ++c) p1[h][c] = p2[h][c] = 0.f;
+      for (int c = 0; c < CPL; ++c) p1[h][c] = p2[h][c] = 0.f;
     }
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
@@ -474,7 +554,7 @@ struct Tile {
         sq[h] = fmaf(q[e], q[e], sq[h]);
         kq[h] = fmaf(k[e], q[e], kq[h]);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
+        for (int c = 0; c < CPL; ++c) {
           p1[h][c] = fmaf(s[i][c], k[e], p1[h][c]);
           p2[h][c] = fmaf(s[i][c], q[e], p2[h][c]);
         }
@@ -488,7 +568,7 @@ struct Tile {
         sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], offset);
         kq[h] += __shfl_xor_sync(0xffffffffu, kq[h], offset);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
+        for (int c = 0; c < CPL; ++c) {
           p1[h][c] += __shfl_xor_sync(0xffffffffu, p1[h][c], offset);
           p2[h][c] += __shfl_xor_sync(0xffffffffu, p2[h][c], offset);
         }
@@ -499,7 +579,7 @@ struct Tile {
       sq[0] += sq[1];
       kq[0] += kq[1];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
+      for (int c = 0; c < CPL; ++c) {
         p1[0][c] += p1[1][c];
         p2[0][c] += p2[1][c];
       }
@@ -512,11 +592,11 @@ struct Tile {
     const float alpha = expf(g);
     const float qs = p.scale * iq;
     const float kqs = kq[0] * ik * qs;
-    float v[4], u[4];
+    float v[CPL], u[CPL];
     if constexpr (ALIGNED && !EAGER) masked(x.v, v0 < dim_v()).unpack(v);
     else x.v.unpack(v);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < CPL; ++c) {
       u[c] = beta * (v[c] - alpha * (p1[0][c] * ik));
       o[c] = alpha * (p2[0][c] * qs) + kqs * u[c];
     }
@@ -528,15 +608,16 @@ struct Tile {
       for (int e = 0; e < 4; ++e) {
         const float kn = k[e] * ik;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) s[4 * m + e][c] = fmaf(kn, u[c], alpha * s[4 * m + e][c]);
+        for (int c = 0; c < CPL; ++c) s[4 * m + e][c] = fmaf(kn, u[c], alpha * s[4 * m + e][c]);
       }
     }
   }
 
-  __device__ void store_o(std::int64_t t, const float o[4]) const {
+  __device__ void store_o(std::int64_t t, const float o[CPL]) const {
     if (rg == 0 && v0 < dim_v()) {
       In* out = static_cast<In*>(p.o) + (t * p.HV + j) * dim_v() + v0;
-      if constexpr (ALIGNED) Element<In>::store4(out, o);
+      if constexpr (CPL == 2) store_pair(out, o);
+      else if constexpr (ALIGNED) Element<In>::store4(out, o);
       else store_run(out, dim_v() - v0, p.vector_v, o);
     }
   }
@@ -547,9 +628,11 @@ struct Tile {
 };
 
 // WPB: warps per block (kWarpsPerBlock; 1 for the smallest decode batches, see launch_instance).
-template <class In, int COL_LANES, int RPL, bool ALIGNED, int KF = 0, int VF = 0, int WPB = kWarpsPerBlock>
+// CPL: columns per lane (2: the narrow tile, same bits; p.num_tiles and p.items count its tiles).
+template <class In, int COL_LANES, int RPL, bool ALIGNED, int KF = 0, int VF = 0, int WPB = kWarpsPerBlock,
+          int CPL = 4>
 __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
-  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, false, 1, KF, VF>;
+  using TileT = Tile<In, COL_LANES, RPL, ALIGNED, false, 1, KF, VF, CPL>;
   const int lane = threadIdx.x & 31;
   const std::int64_t item = std::int64_t(blockIdx.x) * WPB + (threadIdx.x >> 5);
   // Whole warps leave together: every shuffle below runs with all 32 lanes.
@@ -576,17 +659,20 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
   const std::int64_t state_elems = std::int64_t(p.K) * p.V;
   // The first token does not depend on the slot: its loads go out before the slot lookup and
   // the state loads, so decode waits for one dependent load (the index), not three.
-  Token<In, RPL> cur;
+  typename TileT::TokenT cur;
   if (bos < eos) tl.load_token(bos, cur);
   std::int64_t row = n;
   if (p.use_cache) {
     row = p.state_indices[n];
     if (row == -1) {
       // Padding (§5): read and write nothing in the cache; output rows are zeros.
-      const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
-      float zero_state[RPL][4];
+      float zeros[CPL], zero_state[RPL][CPL];
 #pragma unroll
-      for (int i = 0; i < RPL; ++i) zero_state[i][0] = zero_state[i][1] = zero_state[i][2] = zero_state[i][3] = 0.f;
+      for (int c = 0; c < CPL; ++c) zeros[c] = 0.f;
+#pragma unroll
+      for (int i = 0; i < RPL; ++i)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) zero_state[i][c] = 0.f;
       for (std::int64_t t = bos; t < eos; ++t) {
         tl.store_o(t, zeros);
         if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), zero_state);
@@ -598,23 +684,25 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
     if (row < 0 || row >= p.state_slots) return;
   }
 
-  float s[RPL][4];
+  float s[RPL][CPL];
   if (p.has_h0) {
     const float* base = (p.use_cache ? p.state_cache : p.h0) + (row * p.HV + j) * state_elems;
     tl.load_state(base, s);
   } else {
 #pragma unroll
-    for (int i = 0; i < RPL; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int i = 0; i < RPL; ++i)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) s[i][c] = 0.f;
   }
 
   if (bos < eos) {
     // The next token's inputs are loaded before the current token's arithmetic so that their
     // latency overlaps it (the chain through the state is serial in t).
     for (std::int64_t t = bos; t < eos; ++t) {
-      Token<In, RPL> next;
+      typename TileT::TokenT next;
       const bool has_next = t + 1 < eos;
       if (RPL <= 16 && has_next) tl.load_token(t + 1, next);
-      float o[4];
+      float o[CPL];
       tl.step(cur, s, o);
       tl.store_o(t, o);
       if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), s);
@@ -639,6 +727,20 @@ void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
   // one-request decode from 7.1 to 5.8 us. Up to kSmallLaunchWarps warps (one or two decode
   // requests at HV = 32) it runs one warp per block, so that the warps spread over all SMs.
   if constexpr (COL_LANES == 4 && RPL == 16) {
+    if (params.K == 128 && params.V == 128 && !params.runtime_sizes && params.narrow) {
+      // The narrow tile (Tile's CPL = 2, same bits): twice the tiles, one warp per block (the
+      // host routes only small launches here, launch.cpp narrow_tile_applies).
+      RecurrentParams narrow = params;
+      narrow.num_tiles = 2 * params.num_tiles;
+      narrow.items = 2 * params.items;
+      if (narrow.items <= 2 * kSmallLaunchWarps)
+        recurrent_kernel<In, 4, 16, true, 128, 128, 1, 2><<<dim3(static_cast<unsigned>(narrow.items)), 32, 0, stream>>>(narrow);
+      else
+        recurrent_kernel<In, 4, 16, true, 128, 128, kWarpsPerBlock, 2>
+            <<<dim3(static_cast<unsigned>((narrow.items + kWarpsPerBlock - 1) / kWarpsPerBlock)), kWarpsPerBlock * 32, 0,
+               stream>>>(narrow);
+      return;
+    }
     if (params.K == 128 && params.V == 128 && !params.runtime_sizes) {
       if (params.items <= kSmallLaunchWarps)
         recurrent_kernel<In, 4, 16, true, 128, 128, 1><<<dim3(static_cast<unsigned>(params.items)), 32, 0, stream>>>(params);

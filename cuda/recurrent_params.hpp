@@ -41,6 +41,7 @@ struct RecurrentParams {
   int vector_k;   // K % 4 == 0: rows along K allow vector accesses
   int vector_v;   // V % 4 == 0
   int runtime_sizes;  // 1: never the fixed-size (K = V = 128) instances (LaunchOptions::runtime_size_kernels)
+  int narrow;         // 1: the K = V = 128 default tile runs its narrow instance (LaunchOptions::narrow_tile)
 
   int num_tiles;       // ceil(V / (4 * column_lanes))
   std::int64_t items;  // N * HV * num_tiles warps
@@ -50,6 +51,9 @@ constexpr int kWarpsPerBlock = 4;
 // Launches of at most this many warps (one or two decode requests at HV = 32, K = V = 128) run
 // the fixed-size default instance one warp per block (recurrent_kernel.cuh, launch_instance).
 constexpr std::int64_t kSmallLaunchWarps = 512;
+// LaunchOptions::NarrowTile::automatic: launches of at most this many default-tile warps run the
+// narrow tile (recurrent_kernel.cuh, Tile's CPL = 2; same bits).
+constexpr std::int64_t kNarrowMaxItems = 512;
 // Decode batches of at most this many (request, value head) items run the general kernel, not
 // the streamed one, unless LaunchOptions::streamed_decode (same bits; on the H200, a78d159,
 // the general kernel was faster up to 64 requests at HV = 32, the streamed one from 256).
