@@ -295,8 +295,10 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
   r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane) ? 1 : 0;
-  const std::int64_t blocks = (r.items + detail::kWarpsPerBlock - 1) / detail::kWarpsPerBlock;
-  if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
+  // The general kernel numbers its warps in 32 bits (recurrent_kernel.cuh).
+  if (r.items * (r.narrow ? 2 : 1) > std::int64_t(0x7fffffff))
+    fail("cu_seqlens", "N * HV * V tiles must stay below 2^31 warps for one launch, got " +
+                           str(r.items * (r.narrow ? 2 : 1)));
 
   if (t.status != nullptr) {
     if (p.uses_state_cache()) {

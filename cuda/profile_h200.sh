@@ -7,7 +7,8 @@
 # stall samples), sass_*.txt, bench_*.json, profile.log.
 # Environment: PROFILE_PHASES (default "SNB": S = SASS, N = ncu, B = benchmarks; D = ncu of the
 # streamed decode kernel at 256 requests, default and wide tile, and of its data-movement probe,
-# per-lane and whole-line writes, only; L = latency: ncu of one-request decode, the streamed and
+# per-lane and whole-line writes, only; W = one-request decode with a warm L2 (standard and narrow
+# tile, fla); L = latency: ncu of one-request decode, the streamed and
 # the general kernel and fla's fused_recurrent, and of the chunked prefill's kernels at the
 # low-parallelism shape).
 set -u -o pipefail
@@ -41,7 +42,7 @@ fi
 profile() {
   local name=$1 kernel=$2
   shift 2
-  timeout 240 "$NCU" --clock-control none --set full --import-source yes -k "regex:$kernel" --launch-skip 3 \
+  timeout 240 "$NCU" --clock-control none --cache-control "${PROFILE_CACHE:-all}" --set full --import-source yes -k "regex:$kernel" --launch-skip 3 \
     --launch-count 1 -f -o "$OUT/ncu_$name" "$@" > "$OUT/ncu_${name}_run.txt" 2>&1
   echo "ncu $name exit $?" | tee -a "$LOG"
   "$NCU" -i "$OUT/ncu_$name.ncu-rep" --page details > "$OUT/ncu_$name.txt" 2>&1
@@ -92,6 +93,22 @@ if [[ $PHASES == *L* ]]; then
   if [ -x /tmp/chunk/cuda_chunked_bench ]; then
     profile chunk_lowpar "chunked_(forward|prepare)" /tmp/chunk/cuda_chunked_bench \
       --benchmark_filter='BM_chunked/shape:3/value_tile:0'
+  fi
+  unset GDN_BENCH_NO_HOLD
+fi
+
+if [[ $PHASES == *W* ]]; then
+  # As L, but with a warm L2 (--cache-control none), as in the held benchmark rows: the state
+  # of one request (2 MiB) stays in L2 from one launch to the next there.
+  log "W: ncu, one-request decode, warm L2: general kernel standard and narrow tile, fla"
+  export GDN_BENCH_NO_HOLD=1
+  PROFILE_CACHE=none profile dec_1_general_warm recurrent_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:1'
+  PROFILE_CACHE=none profile dec_1_narrow_warm recurrent_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:2'
+  if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -2
+    PYTHONPATH=/tmp/site PROFILE_CACHE=none profile fla_dec_1_warm fused_recurrent python3 cuda/peers/fla_recurrent.py --one-decode
   fi
   unset GDN_BENCH_NO_HOLD
 fi

@@ -323,7 +323,7 @@ struct Tile {
 
   __device__ Tile(const RecurrentParams& params, int lane, int tile, int head)
       : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + CPL * (lane % COL_LANES)),
-        h(head / params.group), j(head) {}
+        h(int(unsigned(head) / unsigned(params.group))), j(head) {}
 
   __device__ __forceinline__ int k_of(int m) const { return 4 * (rg + RL * m); }
 
@@ -634,14 +634,25 @@ template <class In, int COL_LANES, int RPL, bool ALIGNED, int KF = 0, int VF = 0
 __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   using TileT = Tile<In, COL_LANES, RPL, ALIGNED, false, 1, KF, VF, CPL>;
   const int lane = threadIdx.x & 31;
-  const std::int64_t item = std::int64_t(blockIdx.x) * WPB + (threadIdx.x >> 5);
+  // 32-bit item arithmetic (the host keeps items below 2^31): a 64-bit division by a runtime
+  // value is a long subroutine, and the first loads wait for n and j. With V fixed the tile
+  // count is a compile-time power of two.
+  const unsigned item = blockIdx.x * unsigned(WPB) + (threadIdx.x >> 5);
   // Whole warps leave together: every shuffle below runs with all 32 lanes.
-  if (item >= p.items) return;
+  if (item >= static_cast<unsigned>(p.items)) return;
   if (p.status != nullptr && *p.status != 0) return;
-  const int tile = int(item % p.num_tiles);
-  const std::int64_t nj = item / p.num_tiles;
-  const int j = int(nj % p.HV);
-  const int n = int(nj / p.HV);
+  unsigned tile_u, nj;
+  if constexpr (VF > 0) {
+    constexpr unsigned kTiles = (VF + TileT::BV - 1) / TileT::BV;
+    tile_u = item % kTiles;
+    nj = item / kTiles;
+  } else {
+    tile_u = item % static_cast<unsigned>(p.num_tiles);
+    nj = item / static_cast<unsigned>(p.num_tiles);
+  }
+  const int tile = int(tile_u);
+  const int j = int(nj % static_cast<unsigned>(p.HV));
+  const int n = int(nj / static_cast<unsigned>(p.HV));
 
   std::int64_t bos, eos;
   if (p.cu_seqlens == nullptr) {
