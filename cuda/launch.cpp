@@ -183,13 +183,18 @@ bool wide_stream_applies(const Problem& p, const LaunchOptions& options, int col
 }
 
 // The general kernel's narrow tile (LaunchOptions::narrow_tile; recurrent_kernel.cuh, Tile's CPL):
-// only the fixed-size K = V = 128 instance of the default (4, 16) tile has it.
-bool narrow_tile_applies(const Problem& p, const LaunchOptions& options, int column_lanes, int rows_per_lane) {
+// only the fixed-size K = V = 128 instance of the default (4, 16) tile has it. Automatic: prefill
+// launches of at most kNarrowMaxItems default-tile warps. On the H200 (c71b877, held) it took
+// 1 x 8192 at HV = 32 from 5.27 to 4.55 ms, but made larger prefills 30-40% slower (4 x 4096:
+// 4.27 -> 5.95 ms) and one-request decode slower (5.73 -> 6.11 us): the shorter per-warp chain
+// pays only while the SMs have few warps.
+bool narrow_tile_applies(const Problem& p, const LaunchOptions& options, int column_lanes, int rows_per_lane,
+                         bool decode) {
   using Narrow = LaunchOptions::NarrowTile;
   if (options.narrow_tile == Narrow::off || options.runtime_size_kernels) return false;
   if (p.K != 128 || p.V != 128 || column_lanes != 4 || rows_per_lane != 16) return false;
   const std::int64_t items = std::int64_t(p.N()) * p.HV * ((p.V + 15) / 16);
-  return options.narrow_tile == Narrow::on || items <= detail::kNarrowMaxItems;
+  return options.narrow_tile == Narrow::on || (!decode && items <= detail::kNarrowMaxItems);
 }
 
 // Stages: as many as the shared-memory budget holds (at most kStreamMaxStages), at least 2.
@@ -294,7 +299,7 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.runtime_sizes = options.runtime_size_kernels;
   r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
-  r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane) ? 1 : 0;
+  r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane, decode) ? 1 : 0;
   // The general kernel numbers its warps in 32 bits (recurrent_kernel.cuh).
   if (r.items * (r.narrow ? 2 : 1) > std::int64_t(0x7fffffff))
     fail("cu_seqlens", "N * HV * V tiles must stay below 2^31 warps for one launch, got " +
@@ -362,7 +367,7 @@ bool uses_narrow_tile(const Problem& problem, const LaunchOptions& options, bool
     return false;
   const int column_lanes = column_lanes_for(problem, options, decode);
   if (decode && stream_kernel_applies(problem, options, column_lanes)) return false;
-  return narrow_tile_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes));
+  return narrow_tile_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes), decode);
 }
 
 bool device_available(std::string* why) {

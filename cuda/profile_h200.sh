@@ -103,9 +103,9 @@ if [[ $PHASES == *W* ]]; then
   log "W: ncu, one-request decode, warm L2: general kernel standard and narrow tile, fla"
   export GDN_BENCH_NO_HOLD=1
   PROFILE_CACHE=none profile dec_1_general_warm recurrent_kernel "$BIN/cuda_bench_decode" \
-    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:1'
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:1/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:1'
   PROFILE_CACHE=none profile dec_1_narrow_warm recurrent_kernel "$BIN/cuda_bench_decode" \
-    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:0/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:2'
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:1/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:2'
   if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -2
     PYTHONPATH=/tmp/site PROFILE_CACHE=none profile fla_dec_1_warm fused_recurrent python3 cuda/peers/fla_recurrent.py --one-decode

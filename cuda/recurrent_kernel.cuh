@@ -323,7 +323,7 @@ struct Tile {
 
   __device__ Tile(const RecurrentParams& params, int lane, int tile, int head)
       : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + CPL * (lane % COL_LANES)),
-        h(int(unsigned(head) / unsigned(params.group))), j(head) {}
+        h(head / params.group), j(head) {}
 
   __device__ __forceinline__ int k_of(int m) const { return 4 * (rg + RL * m); }
 
@@ -629,30 +629,45 @@ struct Tile {
 
 // WPB: warps per block (kWarpsPerBlock; 1 for the smallest decode batches, see launch_instance).
 // CPL: columns per lane (2: the narrow tile, same bits; p.num_tiles and p.items count its tiles).
+// INDEX32: the item -> (n, j, tile) arithmetic in 32 bits (the K = V = 128 decode instances).
+// On the H200 (fff57bd) it cut a one-request decode from 5.73 to 5.38 us, but the same change in
+// the prefill instance made ptxas keep 168 registers instead of 227 and reload constants in the
+// token loop: 1 x 8192 went from 5.27 to 6.22 ms. Hence a template switch, not a rewrite.
 template <class In, int COL_LANES, int RPL, bool ALIGNED, int KF = 0, int VF = 0, int WPB = kWarpsPerBlock,
-          int CPL = 4>
+          int CPL = 4, bool INDEX32 = false>
 __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_constant__ RecurrentParams p) {
   using TileT = Tile<In, COL_LANES, RPL, ALIGNED, false, 1, KF, VF, CPL>;
   const int lane = threadIdx.x & 31;
-  // 32-bit item arithmetic (the host keeps items below 2^31): a 64-bit division by a runtime
-  // value is a long subroutine, and the first loads wait for n and j. With V fixed the tile
-  // count is a compile-time power of two.
-  const unsigned item = blockIdx.x * unsigned(WPB) + (threadIdx.x >> 5);
-  // Whole warps leave together: every shuffle below runs with all 32 lanes.
-  if (item >= static_cast<unsigned>(p.items)) return;
-  if (p.status != nullptr && *p.status != 0) return;
-  unsigned tile_u, nj;
-  if constexpr (VF > 0) {
-    constexpr unsigned kTiles = (VF + TileT::BV - 1) / TileT::BV;
-    tile_u = item % kTiles;
-    nj = item / kTiles;
+  int tile, j, n;
+  if constexpr (INDEX32) {
+    // 32-bit item arithmetic (the host keeps items below 2^31): a 64-bit division by a runtime
+    // value is a long subroutine, and the first loads wait for n and j. With V fixed the tile
+    // count is a compile-time power of two.
+    const unsigned item = blockIdx.x * unsigned(WPB) + (threadIdx.x >> 5);
+    // Whole warps leave together: every shuffle below runs with all 32 lanes.
+    if (item >= static_cast<unsigned>(p.items)) return;
+    if (p.status != nullptr && *p.status != 0) return;
+    unsigned tile_u, nj;
+    if constexpr (VF > 0) {
+      constexpr unsigned kTiles = (VF + TileT::BV - 1) / TileT::BV;
+      tile_u = item % kTiles;
+      nj = item / kTiles;
+    } else {
+      tile_u = item % static_cast<unsigned>(p.num_tiles);
+      nj = item / static_cast<unsigned>(p.num_tiles);
+    }
+    tile = int(tile_u);
+    j = int(nj % static_cast<unsigned>(p.HV));
+    n = int(nj / static_cast<unsigned>(p.HV));
   } else {
-    tile_u = item % static_cast<unsigned>(p.num_tiles);
-    nj = item / static_cast<unsigned>(p.num_tiles);
+    const std::int64_t item = std::int64_t(blockIdx.x) * WPB + (threadIdx.x >> 5);
+    if (item >= p.items) return;
+    if (p.status != nullptr && *p.status != 0) return;
+    tile = int(item % p.num_tiles);
+    const std::int64_t nj = item / p.num_tiles;
+    j = int(nj % p.HV);
+    n = int(nj / p.HV);
   }
-  const int tile = int(tile_u);
-  const int j = int(nj % static_cast<unsigned>(p.HV));
-  const int n = int(nj / static_cast<unsigned>(p.HV));
 
   std::int64_t bos, eos;
   if (p.cu_seqlens == nullptr) {
@@ -753,10 +768,15 @@ void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
       return;
     }
     if (params.K == 128 && params.V == 128 && !params.runtime_sizes) {
-      if (params.items <= kSmallLaunchWarps)
-        recurrent_kernel<In, 4, 16, true, 128, 128, 1><<<dim3(static_cast<unsigned>(params.items)), 32, 0, stream>>>(params);
-      else
-        recurrent_kernel<In, 4, 16, true, 128, 128><<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
+      const dim3 grid(static_cast<unsigned>(params.items <= kSmallLaunchWarps ? params.items : blocks));
+      const bool small = params.items <= kSmallLaunchWarps;
+      if (params.cu_seqlens == nullptr) {  // decode: 32-bit item arithmetic
+        if (small) recurrent_kernel<In, 4, 16, true, 128, 128, 1, 4, true><<<grid, 32, 0, stream>>>(params);
+        else recurrent_kernel<In, 4, 16, true, 128, 128, kWarpsPerBlock, 4, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(params);
+      } else {
+        if (small) recurrent_kernel<In, 4, 16, true, 128, 128, 1><<<grid, 32, 0, stream>>>(params);
+        else recurrent_kernel<In, 4, 16, true, 128, 128><<<grid, kWarpsPerBlock * 32, 0, stream>>>(params);
+      }
       return;
     }
   }
