@@ -669,6 +669,12 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
     n = int(nj / p.HV);
   }
 
+  // The slot index goes out first, before any address arithmetic: the state loads wait for it
+  // and nothing else does. (Issued after the token loads, it left ~150 instructions of address
+  // setup between the kernel's start and the one dependent load of a one-request decode.)
+  std::int64_t row = n;
+  if (p.use_cache) row = p.state_indices[n];
+
   std::int64_t bos, eos;
   if (p.cu_seqlens == nullptr) {
     bos = n * p.tokens_per_sequence;
@@ -683,13 +689,11 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
 
   const TileT tl(p, lane, tile, j);
   const std::int64_t state_elems = std::int64_t(p.K) * p.V;
-  // The first token does not depend on the slot: its loads go out before the slot lookup and
-  // the state loads, so decode waits for one dependent load (the index), not three.
+  // The first token does not depend on the slot: its loads go out before the state loads, so
+  // decode waits for one dependent load (the index), not three.
   typename TileT::TokenT cur;
   if (bos < eos) tl.load_token(bos, cur);
-  std::int64_t row = n;
   if (p.use_cache) {
-    row = p.state_indices[n];
     if (row == -1) {
       // Padding (§5): read and write nothing in the cache; output rows are zeros.
       float zeros[CPL], zero_state[RPL][CPL];
@@ -745,6 +749,21 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
   }
 }
 
+// The K = V = 128 instances of the default (4, 16) tile, standard (CPL 4) or narrow (CPL 2),
+// decode ones with 32-bit item arithmetic (INDEX32). Launches of at most kSmallLaunchWarps
+// default-tile warps' worth run one warp per block, so that the warps spread over all SMs.
+template <class In, int CPL, bool DECODE>
+void launch_fixed(const RecurrentParams& params, cudaStream_t stream) {
+  if (params.items <= kSmallLaunchWarps * (4 / CPL)) {
+    recurrent_kernel<In, 4, 16, true, 128, 128, 1, CPL, DECODE>
+        <<<dim3(static_cast<unsigned>(params.items)), 32, 0, stream>>>(params);
+  } else {
+    const std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    recurrent_kernel<In, 4, 16, true, 128, 128, kWarpsPerBlock, CPL, DECODE>
+        <<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
+  }
+}
+
 template <class In, int COL_LANES, int RPL>
 void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
   const std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
@@ -753,29 +772,18 @@ void launch_instance(const RecurrentParams& params, cudaStream_t stream) {
   // one-request decode from 7.1 to 5.8 us. Up to kSmallLaunchWarps warps (one or two decode
   // requests at HV = 32) it runs one warp per block, so that the warps spread over all SMs.
   if constexpr (COL_LANES == 4 && RPL == 16) {
-    if (params.K == 128 && params.V == 128 && !params.runtime_sizes && params.narrow) {
-      // The narrow tile (Tile's CPL = 2, same bits): twice the tiles, one warp per block (the
-      // host routes only small launches here, launch.cpp narrow_tile_applies).
-      RecurrentParams narrow = params;
-      narrow.num_tiles = 2 * params.num_tiles;
-      narrow.items = 2 * params.items;
-      if (narrow.items <= 2 * kSmallLaunchWarps)
-        recurrent_kernel<In, 4, 16, true, 128, 128, 1, 2><<<dim3(static_cast<unsigned>(narrow.items)), 32, 0, stream>>>(narrow);
-      else
-        recurrent_kernel<In, 4, 16, true, 128, 128, kWarpsPerBlock, 2>
-            <<<dim3(static_cast<unsigned>((narrow.items + kWarpsPerBlock - 1) / kWarpsPerBlock)), kWarpsPerBlock * 32, 0,
-               stream>>>(narrow);
-      return;
-    }
     if (params.K == 128 && params.V == 128 && !params.runtime_sizes) {
-      const dim3 grid(static_cast<unsigned>(params.items <= kSmallLaunchWarps ? params.items : blocks));
-      const bool small = params.items <= kSmallLaunchWarps;
-      if (params.cu_seqlens == nullptr) {  // decode: 32-bit item arithmetic
-        if (small) recurrent_kernel<In, 4, 16, true, 128, 128, 1, 4, true><<<grid, 32, 0, stream>>>(params);
-        else recurrent_kernel<In, 4, 16, true, 128, 128, kWarpsPerBlock, 4, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(params);
+      const bool decode = params.cu_seqlens == nullptr;
+      if (params.narrow) {
+        // The narrow tile (Tile's CPL = 2, same bits): twice the tiles.
+        RecurrentParams narrow = params;
+        narrow.num_tiles = 2 * params.num_tiles;
+        narrow.items = 2 * params.items;
+        if (decode) launch_fixed<In, 2, true>(narrow, stream);
+        else launch_fixed<In, 2, false>(narrow, stream);
       } else {
-        if (small) recurrent_kernel<In, 4, 16, true, 128, 128, 1><<<grid, 32, 0, stream>>>(params);
-        else recurrent_kernel<In, 4, 16, true, 128, 128><<<grid, kWarpsPerBlock * 32, 0, stream>>>(params);
+        if (decode) launch_fixed<In, 4, true>(params, stream);
+        else launch_fixed<In, 4, false>(params, stream);
       }
       return;
     }
