@@ -180,6 +180,39 @@ TEST_CASE("state indices: a host copy is checked for range and duplicates before
   CHECK_NOTHROW(validate_decode(p, t));
 }
 
+TEST_CASE("the narrow tile runs only where it applies", "[cuda][api]") {
+  // Automatic: prefill at K = V = 128 with the default tile and at most 512 default-tile warps
+  // (N * HV * 8 <= 512); never decode unless asked; never the runtime-size instances.
+  auto prefill_problem = [](int sequences, int HV, int K, int V) {
+    Problem p = Problem::fixed_length(sequences, 16, HV / 4, HV, K, V);
+    p.has_h0 = p.has_hT = true;
+    return p;
+  };
+  using Narrow = LaunchOptions::NarrowTile;
+  LaunchOptions on, off, runtime;
+  on.narrow_tile = Narrow::on;
+  off.narrow_tile = Narrow::off;
+  runtime.runtime_size_kernels = true;
+  CHECK(uses_narrow_tile(prefill_problem(2, 32, 128, 128), {}, false));       // 512 warps
+  CHECK_FALSE(uses_narrow_tile(prefill_problem(3, 32, 128, 128), {}, false)); // 768 warps
+  CHECK(uses_narrow_tile(prefill_problem(3, 32, 128, 128), on, false));
+  CHECK_FALSE(uses_narrow_tile(prefill_problem(2, 32, 128, 128), off, false));
+  CHECK_FALSE(uses_narrow_tile(prefill_problem(2, 32, 128, 128), runtime, false));
+  CHECK_FALSE(uses_narrow_tile(prefill_problem(1, 32, 64, 128), on, false));   // only K = V = 128
+  CHECK_FALSE(uses_narrow_tile(prefill_problem(1, 32, 128, 64), on, false));
+  LaunchOptions two_lanes = on;
+  two_lanes.column_lanes = 2;  // only the default (4, 16) tile
+  CHECK_FALSE(uses_narrow_tile(prefill_problem(1, 32, 128, 128), two_lanes, false));
+  Problem decode = Problem::fixed_length(1, 1, 8, 32, 128, 128);
+  decode.state_slots = 4;
+  decode.has_h0 = decode.has_hT = true;
+  CHECK_FALSE(uses_narrow_tile(decode, {}, true));
+  CHECK(uses_narrow_tile(decode, on, true));
+  LaunchOptions streamed = on;
+  streamed.streamed_decode = true;  // the streamed kernel has no narrow tile
+  CHECK_FALSE(uses_narrow_tile(decode, streamed, true));
+}
+
 TEST_CASE("decode picks the streamed kernel only where it applies", "[cuda][api]") {
   auto decode_problem = [](int K, int V) {
     Problem p = Problem::fixed_length(4, 1, 2, 4, K, V);
