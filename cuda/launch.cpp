@@ -300,17 +300,6 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
   r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane, decode) ? 1 : 0;
-  // Tuning switch for benchmarks only (no effect on the bits): GDN_SMALL_LAUNCH_WPB = 1 (default)
-  // | 2 | 4 warps per block for the small K = V = 128 decode launches that run one warp per block.
-  static const int small_wpb = [] {
-    const char* env = std::getenv("GDN_SMALL_LAUNCH_WPB");
-    const std::string value = env != nullptr ? env : "";
-    if (value.empty() || value == "1") return 1;
-    if (value == "2") return 2;
-    if (value == "4") return 4;
-    fail("GDN_SMALL_LAUNCH_WPB", "must be 1, 2 or 4, not '" + value + "'");
-  }();
-  r.small_launch_warps_per_block = small_wpb;
   // The general kernel numbers its warps in 32 bits (recurrent_kernel.cuh).
   if (r.items * (r.narrow ? 2 : 1) > std::int64_t(0x7fffffff))
     fail("cu_seqlens", "N * HV * V tiles must stay below 2^31 warps for one launch, got " +

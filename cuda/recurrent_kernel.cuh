@@ -752,23 +752,9 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
 // The K = V = 128 instances of the default (4, 16) tile, standard (CPL 4) or narrow (CPL 2),
 // decode ones with 32-bit item arithmetic (INDEX32). Launches of at most kSmallLaunchWarps
 // default-tile warps' worth run one warp per block, so that the warps spread over all SMs.
-// params.small_launch_warps_per_block (GDN_SMALL_LAUNCH_WPB, a tuning switch for benchmarks; same
-// bits) packs a small decode launch's warps 2 or 4 to a block instead.
 template <class In, int CPL, bool DECODE>
 void launch_fixed(const RecurrentParams& params, cudaStream_t stream) {
   if (params.items <= kSmallLaunchWarps * (4 / CPL)) {
-    if constexpr (DECODE) {
-      const unsigned items = static_cast<unsigned>(params.items);
-      if (params.small_launch_warps_per_block == 2) {
-        recurrent_kernel<In, 4, 16, true, 128, 128, 2, CPL, DECODE><<<dim3((items + 1) / 2), 64, 0, stream>>>(params);
-        return;
-      }
-      if (params.small_launch_warps_per_block == 4) {
-        recurrent_kernel<In, 4, 16, true, 128, 128, kWarpsPerBlock, CPL, DECODE>
-            <<<dim3((items + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(params);
-        return;
-      }
-    }
     recurrent_kernel<In, 4, 16, true, 128, 128, 1, CPL, DECODE>
         <<<dim3(static_cast<unsigned>(params.items)), 32, 0, stream>>>(params);
   } else {

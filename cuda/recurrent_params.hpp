@@ -42,7 +42,6 @@ struct RecurrentParams {
   int vector_v;   // V % 4 == 0
   int runtime_sizes;  // 1: never the fixed-size (K = V = 128) instances (LaunchOptions::runtime_size_kernels)
   int narrow;         // 1: the K = V = 128 default tile runs its narrow instance (LaunchOptions::narrow_tile)
-  int small_launch_warps_per_block;  // 1 (default), 2 or 4: small K = V = 128 decode launches (GDN_SMALL_LAUNCH_WPB)
 
   int num_tiles;       // ceil(V / (4 * column_lanes))
   std::int64_t items;  // N * HV * num_tiles warps
