@@ -3,10 +3,11 @@
 // recurrence is serial in t, so what matters is tokens/s at a given batch shape; the state
 // traffic counter is reported for completeness (it is small here). CUDA-event time of one
 // launch per iteration, host-side checks included.
-// Args: sequences, tokens per sequence (0: the varlen mix below), column_lanes (0: default),
-// runtime_sizes, narrow.
+// Args: sequences, tokens per sequence (0: the varlen mix below; -1: one 8192-token sequence, the
+// others 256; -2: lengths spread from 64 to 4096), column_lanes (0: default), runtime_sizes, narrow.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -21,6 +22,13 @@ Problem prefill_problem(int sequences, int length) {
   std::vector<std::int64_t> lengths;
   if (length > 0) {
     lengths.assign(static_cast<std::size_t>(sequences), length);
+  } else if (length == -1) {
+    // One long prompt among short ones: 8192 tokens, then 256 each.
+    lengths.assign(static_cast<std::size_t>(sequences), 256);
+    lengths[0] = 8192;
+  } else if (length == -2) {
+    // Lengths spread evenly from 64 to 4096.
+    for (int n = 0; n < sequences; ++n) lengths.push_back(64 + (4096 - 64) * std::int64_t(n) / std::max(1, sequences - 1));
   } else {
     // A serving-like mix: short and long prompts, one empty.
     const std::int64_t mix[] = {4096, 17, 1000, 0, 2048, 333, 64, 1500};
@@ -103,6 +111,15 @@ BENCHMARK(BM_prefill)
     ->ArgsProduct({{16}, {1024}, {0}, {0}, {1, 2}})
     ->ArgsProduct({{64}, {256}, {0}, {0}, {1, 2}})
     ->ArgsProduct({{8}, {0}, {0}, {0}, {1, 2}})
+    ->UseManualTime()
+    ->MinTime(0.3);
+// Varlen packs, the narrow tile off and on: where the automatic rule should pick it beyond the
+// small launches (one long sequence among short ones: the long one's chain sets the time).
+BENCHMARK(BM_prefill)
+    ->ArgNames({"sequences", "length", "column_lanes", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{16, 32, 64}, {0}, {0}, {0}, {1, 2}})
+    ->ArgsProduct({{4, 16, 64}, {-1}, {0}, {0}, {1, 2}})
+    ->ArgsProduct({{8, 32}, {-2}, {0}, {0}, {1, 2}})
     ->UseManualTime()
     ->MinTime(0.3);
 
