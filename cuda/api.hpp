@@ -117,9 +117,10 @@ struct LaunchOptions {
   // The general kernel's narrow tile at K = V = 128 with the default tile: 8 columns per warp
   // instead of 16 (2 per lane instead of 4), twice the warps, each lane with the same rows,
   // sums and butterflies: the same bits (tested bitwise). automatic: prefill launches of at most
-  // 512 default-tile warps (N * HV <= 64), where each warp's serial chain bounds the time; never
-  // decode (slower there on the H200). Ignored where it does not apply (other sizes or tiles,
-  // runtime_size_kernels, the streamed decode kernel).
+  // 512 default-tile warps (N * HV <= 64) or whose longest sequence holds at least a third of the
+  // tokens, where one warp's serial chain bounds the time; never decode (slower there on the
+  // H200). Ignored where it does not apply (other sizes or tiles, runtime_size_kernels, the
+  // streamed decode kernel).
   enum class NarrowTile { automatic, off, on };
   NarrowTile narrow_tile = NarrowTile::automatic;
 };

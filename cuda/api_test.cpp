@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cuda/api.hpp"
 
@@ -194,7 +195,16 @@ TEST_CASE("the narrow tile runs only where it applies", "[cuda][api]") {
   off.narrow_tile = Narrow::off;
   runtime.runtime_size_kernels = true;
   CHECK(uses_narrow_tile(prefill_problem(2, 32, 128, 128), {}, false));       // 512 warps
-  CHECK_FALSE(uses_narrow_tile(prefill_problem(3, 32, 128, 128), {}, false)); // 768 warps
+  CHECK(uses_narrow_tile(prefill_problem(3, 32, 128, 128), {}, false));       // T = 3 max_len
+  CHECK_FALSE(uses_narrow_tile(prefill_problem(4, 32, 128, 128), {}, false)); // 1024 warps, T = 4 max_len
+  auto packed = [](std::vector<std::int64_t> lengths) {
+    Problem p = Problem::packed(lengths, 8, 32, 128, 128);
+    p.has_h0 = p.has_hT = true;
+    return p;
+  };
+  CHECK(uses_narrow_tile(packed({8192, 256, 256, 256, 256, 0}), {}, false));    // one long sequence
+  CHECK_FALSE(uses_narrow_tile(packed({1000, 1000, 999, 1000, 0}), {}, false)); // T > 3 max_len
+  CHECK_FALSE(uses_narrow_tile(packed({0, 0, 0, 0, 0}), {}, false));           // no tokens, 1280 warps
   CHECK(uses_narrow_tile(prefill_problem(3, 32, 128, 128), on, false));
   CHECK_FALSE(uses_narrow_tile(prefill_problem(2, 32, 128, 128), off, false));
   CHECK_FALSE(uses_narrow_tile(prefill_problem(2, 32, 128, 128), runtime, false));

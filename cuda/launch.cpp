@@ -183,18 +183,27 @@ bool wide_stream_applies(const Problem& p, const LaunchOptions& options, int col
 }
 
 // The general kernel's narrow tile (LaunchOptions::narrow_tile; recurrent_kernel.cuh, Tile's CPL):
-// only the fixed-size K = V = 128 instance of the default (4, 16) tile has it. Automatic: prefill
-// launches of at most kNarrowMaxItems default-tile warps. On the H200 (c71b877, held) it took
-// 1 x 8192 at HV = 32 from 5.27 to 4.55 ms, but made larger prefills 30-40% slower (4 x 4096:
-// 4.27 -> 5.95 ms) and one-request decode slower (5.73 -> 6.11 us): the shorter per-warp chain
-// pays only while the SMs have few warps.
+// only the fixed-size K = V = 128 instance of the default (4, 16) tile has it. Automatic, prefill
+// only: launches of at most kNarrowMaxItems default-tile warps, or packs whose longest sequence
+// holds at least a third of the tokens (T <= 3 max_len). Why (H200, held, HV = 32): the narrow
+// tile shortens one warp's serial chain (1 x 8192: 5.27 -> 4.55 ms) but costs 1.4x the
+// instructions, so where many warps share the SMs it loses (4 x 4096: 4.27 -> 5.95 ms; decode,
+// one request: 5.73 -> 6.11 us). In varlen packs (63c3617) it won where one sequence dominates
+// (T / max_len 1.09, 1.47, 2.2, 2.97: 5-15% faster) and lost where it does not (4.1, 4.4, 8.8,
+// 16: 4-27% slower). The tile changes no bit, so a choice that depends on the batch keeps
+// batch invariance.
 bool narrow_tile_applies(const Problem& p, const LaunchOptions& options, int column_lanes, int rows_per_lane,
                          bool decode) {
   using Narrow = LaunchOptions::NarrowTile;
   if (options.narrow_tile == Narrow::off || options.runtime_size_kernels) return false;
   if (p.K != 128 || p.V != 128 || column_lanes != 4 || rows_per_lane != 16) return false;
+  if (options.narrow_tile == Narrow::on) return true;
+  if (decode) return false;
   const std::int64_t items = std::int64_t(p.N()) * p.HV * ((p.V + 15) / 16);
-  return options.narrow_tile == Narrow::on || (!decode && items <= detail::kNarrowMaxItems);
+  if (items <= detail::kNarrowMaxItems) return true;
+  std::int64_t max_len = 0;
+  for (int n = 0; n < p.N(); ++n) max_len = std::max(max_len, p.seq_len(n));
+  return max_len > 0 && p.T <= 3 * max_len;
 }
 
 // Stages: as many as the shared-memory budget holds (at most kStreamMaxStages), at least 2.

@@ -52,7 +52,8 @@ constexpr int kWarpsPerBlock = 4;
 // the fixed-size default instance one warp per block (recurrent_kernel.cuh, launch_instance).
 constexpr std::int64_t kSmallLaunchWarps = 512;
 // LaunchOptions::NarrowTile::automatic: prefill launches of at most this many default-tile warps
-// run the narrow tile (recurrent_kernel.cuh, Tile's CPL = 2; same bits).
+// run the narrow tile (recurrent_kernel.cuh, Tile's CPL = 2; same bits), as do packs whose
+// longest sequence holds a third of the tokens (launch.cpp, narrow_tile_applies).
 constexpr std::int64_t kNarrowMaxItems = 512;
 // Decode batches of at most this many (request, value head) items run the general kernel, not
 // the streamed one, unless LaunchOptions::streamed_decode (same bits; on the H200, a78d159,
