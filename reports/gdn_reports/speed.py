@@ -118,6 +118,17 @@ def peer_label(p, shape_names=frozenset()) -> str:
     return (p.peer or p.name) if p.name in shape_names else p.name
 
 
+def peer_time_ms(peer, benchmark) -> float:
+    """The peer time a benchmark row is compared with: the peer's held time (`held_ms`: the
+    device's time alone, the stream held until the call is enqueued) for a row timed held
+    (counter `held` = 1), where the peer recorded one; else its median time. A held row against
+    the peer's do_bench time would credit gdn-testbed with the peer's Python launch cost."""
+    held = peer.counters.get("held_ms")
+    if benchmark.counters.get("held") == 1 and held:
+        return float(held)
+    return peer.time_ms
+
+
 def rows_for(benchmarks, context: dict, device: str | None, peers) -> tuple[list, list, dict]:
     """Per benchmark: the values the table shows (the test recomputes these)."""
     copy_bw, copy_source = copy_bandwidth(benchmarks, context)
@@ -140,7 +151,8 @@ def rows_for(benchmarks, context: dict, device: str | None, peers) -> tuple[list
         for name in peer_names:
             match = [p for p in peers if peer_label(p, shape_names) == name and peer_matches(p, b)]
             p = match[0] if match else None
-            row["peers"][name] = (p.time_ms, p.time_ms / b.time_ms) if p else (None, None)
+            time_ms = peer_time_ms(p, b) if p else None
+            row["peers"][name] = (time_ms, time_ms / b.time_ms) if p else (None, None)
         rows.append(row)
     sources = {"copy": (copy_bw, copy_source), "ceiling": (ceiling, ceiling_source)}
     return rows, peer_names, sources
@@ -206,7 +218,8 @@ def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) 
              f"Generated {generated} by `{command}` from the committed results below. Times are the "
              "median over repetitions where the benchmark ran several (else its single run); the ratio to a "
              "peer is the peer's median time over gdn-testbed's on the same problem (every shape field the peer "
-             "gives equal in the benchmark's arguments).",
+             "gives equal in the benchmark's arguments); for rows timed held (counter held = 1: the device's "
+             "time alone) it is the peer's held time (held_ms) where the peer recorded one.",
              "", "## Inputs", "", provenance_table(inputs) if inputs else "No benchmark or peer files found.", ""]
     by_source = defaultdict(list)
     for b in results.benchmarks:
