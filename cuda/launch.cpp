@@ -199,8 +199,8 @@ bool narrow_tile_applies(const Problem& p, const LaunchOptions& options, int col
   if (p.K != 128 || p.V != 128 || column_lanes != 4 || rows_per_lane != 16) return false;
   if (options.narrow_tile == Narrow::on) return true;
   if (decode) return false;
-  const std::int64_t items = std::int64_t(p.N()) * p.HV * ((p.V + 15) / 16);
-  if (items <= detail::kNarrowMaxItems) return true;
+  const std::int64_t standard_warps = std::int64_t(p.N()) * p.HV * ((p.V + 4 * column_lanes - 1) / (4 * column_lanes));
+  if (standard_warps <= detail::kNarrowMaxItems) return true;
   std::int64_t max_len = 0;
   for (int n = 0; n < p.N(); ++n) max_len = std::max(max_len, p.seq_len(n));
   return max_len > 0 && p.T <= 3 * max_len;
@@ -309,10 +309,10 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
   r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane, decode) ? 1 : 0;
-  // The general kernel numbers its warps in 32 bits (recurrent_kernel.cuh).
-  if (r.items * (r.narrow ? 2 : 1) > std::int64_t(0x7fffffff))
-    fail("cu_seqlens", "N * HV * V tiles must stay below 2^31 warps for one launch, got " +
-                           str(r.items * (r.narrow ? 2 : 1)));
+  // The general kernel numbers its warps in 32 bits (recurrent_kernel.cuh); the narrow tile has twice the warps.
+  const std::int64_t warps = r.narrow ? 2 * r.items : r.items;
+  if (warps > std::int64_t(0x7fffffff))
+    fail("cu_seqlens", "N * HV * V tiles must stay below 2^31 warps for one launch, got " + str(warps));
 
   if (t.status != nullptr) {
     if (p.uses_state_cache()) {
@@ -357,10 +357,14 @@ void decode(const Problem& problem, const DeviceTensors& tensors, cudaStream_t s
   launch(problem, tensors, stream, options, true);
 }
 
+// The host-only queries answer false for a column_lanes the launches would reject.
+static bool known_column_lanes(const LaunchOptions& options) {
+  const int lanes = options.column_lanes;
+  return lanes == 0 || lanes == 2 || lanes == 4 || lanes == 8;
+}
+
 bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& options) {
-  if (options.column_lanes != 0 && options.column_lanes != 2 && options.column_lanes != 4 &&
-      options.column_lanes != 8)
-    return false;
+  if (!known_column_lanes(options)) return false;
   return stream_kernel_applies(problem, options, column_lanes_for(problem, options, /*decode=*/true));
 }
 
@@ -371,11 +375,8 @@ bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& o
 }
 
 bool uses_narrow_tile(const Problem& problem, const LaunchOptions& options, bool decode) {
-  if (options.column_lanes != 0 && options.column_lanes != 2 && options.column_lanes != 4 &&
-      options.column_lanes != 8)
-    return false;
+  if (!known_column_lanes(options) || (decode && decode_uses_stream_kernel(problem, options))) return false;
   const int column_lanes = column_lanes_for(problem, options, decode);
-  if (decode && stream_kernel_applies(problem, options, column_lanes)) return false;
   return narrow_tile_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes), decode);
 }
 

@@ -296,8 +296,10 @@ struct Token {
 // CPL = 2 (the narrow tile): each lane holds 2 columns instead of 4, so a warp owns 2 *
 // COL_LANES columns and a V tile needs twice the warps. A lane keeps the same rows, sums them in
 // the same order and runs the same butterflies: every column gets the bits of the CPL = 4 tile.
-// Why: a one-request decode (32 heads) is latency bound with 256 warps of 64 state registers
-// a lane; 512 warps of 32 halve each warp's serial chain. Aligned, K-major or V-major.
+// Why: where few warps share the SMs, one warp's serial chain sets the time (a prefill with one
+// long sequence); half the columns halve its arithmetic. Where many warps share the SMs the 1.4x
+// instructions lose, and decode never gained (launch.cpp, narrow_tile_applies, has the numbers).
+// Aligned, K-major or V-major.
 template <class In, int COL_LANES, int RPL, bool ALIGNED, bool EAGER = false, int SPLIT = 1, int KF = 0,
           int VF = 0, int CPL = 4>
 struct Tile {
