@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/api.hpp"
+#include "cuda/recurrent_params.hpp"
 
 using namespace gdn;
 using namespace gdn::cuda;
@@ -296,4 +297,35 @@ TEST_CASE("decode picks the streamed kernel only where it applies", "[cuda][api]
   two_tokens.cu_seqlens = shape.cu_seqlens;
   two_tokens.T = shape.T;
   CHECK_FALSE(decode_uses_wide_stream_tile(two_tokens, wide));
+}
+
+// The kernels' multiply-high division (recurrent_params.hpp): exact for every x < 2^31, which
+// the host guarantees (items and head indices stay below 2^31). The host path of divide() is
+// the device's __umulhi written out, so a wrong multiplier or shift fails here.
+TEST_CASE("FastDivisor divides exactly below 2^31", "[cuda][api]") {
+  std::vector<unsigned> divisors;
+  for (unsigned d = 1; d <= 1100; ++d) divisors.push_back(d);
+  for (unsigned d : {4095u, 4096u, 4097u, 65535u, 65536u, 65537u, 1000003u, (1u << 30) - 1, 1u << 30, (1u << 30) + 1,
+                     0x7ffffffeu, 0x7fffffffu})
+    divisors.push_back(d);
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  const auto next = [&state] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return static_cast<unsigned>(state) & 0x7fffffffu;
+  };
+  std::int64_t wrong = 0;
+  for (const unsigned d : divisors) {
+    const detail::FastDivisor f = detail::FastDivisor::of(d);
+    std::vector<unsigned> xs = {0u, 1u, d - 1, d, d + 1, 2 * d - 1, 2 * d, 0x7fffffffu, 0x7ffffffeu};
+    for (unsigned m : {3u, 1000u, 123457u}) {
+      const std::uint64_t multiple = std::uint64_t(d) * m;
+      if (multiple < 0x80000000ull) xs.insert(xs.end(), {unsigned(multiple - 1), unsigned(multiple)});
+    }
+    for (int i = 0; i < 2000; ++i) xs.push_back(next());
+    for (const unsigned x : xs) {
+      if (x >= 0x80000000u) continue;
+      if (f.divide(x) != x / d) ++wrong;
+    }
+  }
+  REQUIRE(wrong == 0);
 }

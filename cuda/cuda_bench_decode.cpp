@@ -197,6 +197,15 @@ BENCHMARK(BM_decode)
     ->ArgsProduct({{2, 8, 32, 128}, {0}, {0}, {1}, {1, 2}, {0}, {0}, {1}, {0}, {0}})
     ->UseManualTime()
     ->MinTime(0.2);
+// The streamed kernel's fixed cost per launch (graph mode, held): batches around 256 and 512
+// requests, some of whose (request, head) items divide evenly over the H200's 132 SMs
+// (264 and 528 requests: 64 and 128 items per block) and some not (256: 62.06), to separate
+// the round-robin tail from the launch and the pipeline's fill and drain.
+BENCHMARK(BM_decode)
+    ->ArgNames({"batch", "column_lanes", "status", "graph", "general", "v_major", "wide", "held", "runtime_sizes", "narrow"})
+    ->ArgsProduct({{248, 264, 512, 528, 768}, {0}, {0}, {1}, {0}, {0}, {0}, {1}, {0}, {0}})
+    ->UseManualTime()
+    ->MinTime(0.2);
 // The general kernel's narrow tile (same bits) against its standard tile where latency bounds
 // it (graph mode, held; narrow 1 = off, 2 = on).
 BENCHMARK(BM_decode)

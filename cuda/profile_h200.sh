@@ -7,7 +7,7 @@
 # stall samples), sass_*.txt, bench_*.json, profile.log.
 # Environment: PROFILE_PHASES (default "SNB": S = SASS, N = ncu, B = benchmarks; D = ncu of the
 # streamed decode kernel at 256 requests, default and wide tile, and of its data-movement probe,
-# per-lane and whole-line writes, only; W = one-request decode with a warm L2 (standard and narrow
+# per-lane and whole-line writes, only; W = one-request decode with a warm L2 (one-token and general
 # tile, fla); L = latency: ncu of one-request decode, the streamed and
 # the general kernel and fla's fused_recurrent, and of the chunked prefill's kernels at the
 # low-parallelism shape).
@@ -100,12 +100,12 @@ fi
 if [[ $PHASES == *W* ]]; then
   # As L, but with a warm L2 (--cache-control none), as in the held benchmark rows: the state
   # of one request (2 MiB) stays in L2 from one launch to the next there.
-  log "W: ncu, one-request decode, warm L2: general kernel standard and narrow tile, fla"
+  log "W: ncu, one-request decode, warm L2: one-token decode kernel, general kernel, fla"
   export GDN_BENCH_NO_HOLD=1
-  PROFILE_CACHE=none profile dec_1_general_warm recurrent_kernel "$BIN/cuda_bench_decode" \
+  PROFILE_CACHE=none profile dec_1_token_warm decode_token_kernel "$BIN/cuda_bench_decode" \
     --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:1/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:1'
-  PROFILE_CACHE=none profile dec_1_narrow_warm recurrent_kernel "$BIN/cuda_bench_decode" \
-    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:1/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:2'
+  GDN_DECODE_TOKEN_KERNEL=0 PROFILE_CACHE=none profile dec_1_general_warm recurrent_kernel "$BIN/cuda_bench_decode" \
+    --benchmark_filter='BM_decode/batch:1/column_lanes:0/status:0/graph:1/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:1'
   if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -2
     PYTHONPATH=/tmp/site PROFILE_CACHE=none profile fla_dec_1_warm fused_recurrent python3 cuda/peers/fla_recurrent.py --one-decode

@@ -325,16 +325,28 @@ struct Tile {
 
   __device__ Tile(const RecurrentParams& params, int lane, int tile, int head)
       : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + CPL * (lane % COL_LANES)),
-        h(head / params.group), j(head) {}
+        h(int(params.group_divisor.divide(unsigned(head)))), j(head) {}
 
   __device__ __forceinline__ int k_of(int m) const { return 4 * (rg + RL * m); }
 
-  // S of one (row, head) of a [rows, HV, K, V] (or V-major) fp32 tensor.
+  // The state layout: read from the parameters (kRuntimeLayout), or fixed by the caller.
+  static constexpr int kRuntimeLayout = 0, kKMajor = 1, kVMajor = 2;
+  template <int LAYOUT>
+  __device__ __forceinline__ bool v_major() const {
+    if constexpr (LAYOUT == kRuntimeLayout) return p.v_major != 0;
+    else return LAYOUT == kVMajor;
+  }
+
+  // S of one (row, head) of a [rows, HV, K, V] (or V-major) fp32 tensor. With the layout fixed
+  // (decode_token_kernel), the loads are straight-line code into the registers step() uses; with
+  // the runtime branch, ptxas gives the two paths' loads different registers and joins them
+  // with ~64 moves, which wait for the loads (the warp stops there, not at the first use).
+  template <int LAYOUT = kRuntimeLayout>
   __device__ void load_state(const float* base, float s[RPL][CPL]) const {
     const int K = dim_k(), V = dim_v();
     if constexpr (ALIGNED) {
       // The layout branch stays outside the loops: one basic block of loads, all in flight.
-      if (!p.v_major) {
+      if (!v_major<LAYOUT>()) {
 #pragma unroll
         for (int m = 0; m < CHUNKS; ++m)
 #pragma unroll
@@ -394,7 +406,7 @@ struct Tile {
   }
 
   // STREAMING: the aligned path's stores carry the evict-first (.cs) cache hint.
-  template <bool STREAMING = false>
+  template <bool STREAMING = false, int LAYOUT = kRuntimeLayout>
   __device__ void store_state(float* base, const float s[RPL][CPL]) const {
     const int K = dim_k(), V = dim_v();
     const auto put = [](float* at, float4 x) {
@@ -402,7 +414,7 @@ struct Tile {
       else *reinterpret_cast<float4*>(at) = x;
     };
     if constexpr (ALIGNED) {
-      if (!p.v_major) {
+      if (!v_major<LAYOUT>()) {
 #pragma unroll
         for (int m = 0; m < CHUNKS; ++m)
 #pragma unroll
@@ -482,8 +494,8 @@ struct Tile {
       x.v = load_raw(vp + v0, v0 < V ? V - v0 : 0, p.vector_v);
     }
     const std::int64_t gi = t * p.HV + j;
-    x.gate0 = load_gate_bits(p.fused_gates ? p.a : p.g, p.gate_type, gi);
-    x.gate1 = load_gate_bits(p.fused_gates ? p.b : p.beta, p.gate_type, gi);
+    x.gate0 = load_gate_bits(p.gate0, p.gate_type, gi);
+    x.gate1 = load_gate_bits(p.gate1, p.gate_type, gi);
     if constexpr (EAGER) {
       float g, beta;
       resolve_gates(x, g, beta);
@@ -507,14 +519,18 @@ struct Tile {
       g = gate_value(x.gate0, p.gate_type);
       beta = gate_value(x.gate1, p.gate_type);
     } else {
-      // §3 in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (x2: negative
-      // eigenvalues). softplus(x) = x for x > 20, as the reference does.
-      const float a = gate_value(x.gate0, p.gate_type) + p.dt_bias[j];
-      const float softplus = a > 20.f ? a : log1pf(expf(a));
-      g = -expf(p.A_log[j]) * softplus;
-      const float sig = 1.f / (1.f + expf(-gate_value(x.gate1, p.gate_type)));
-      beta = p.negative_eigenvalues ? 2.f * sig : sig;
+      fused_gates(x, p.dt_bias[j], p.A_log[j], g, beta);
     }
+  }
+  // §3 in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (x2: negative
+  // eigenvalues). softplus(x) = x for x > 20, as the reference does.
+  __device__ __forceinline__ void fused_gates(const TokenT& x, float dt_bias, float A_log, float& g,
+                                              float& beta) const {
+    const float a = gate_value(x.gate0, p.gate_type) + dt_bias;
+    const float softplus = a > 20.f ? a : log1pf(expf(a));
+    g = -expf(A_log) * softplus;
+    const float sig = 1.f / (1.f + expf(-gate_value(x.gate1, p.gate_type)));
+    beta = p.negative_eigenvalues ? 2.f * sig : sig;
   }
 
   // k and q of chunk m as step() uses them: zero where the chunk lies beyond K.
@@ -586,21 +602,34 @@ struct Tile {
         p2[0][c] += p2[1][c];
       }
     }
-    float ik = 1.f, iq = 1.f;
+    float ik, iq;
+    inverse_norms(sk[0], sq[0], ik, iq);
+    finish(x, kr, g, beta, ik, iq, kq[0], p1[0], p2[0], s, o);
+  }
+
+  // The inverse l2 norms of k and q (1 without l2norm).
+  __device__ __forceinline__ void inverse_norms(float sk, float sq, float& ik, float& iq) const {
+    ik = 1.f, iq = 1.f;
     if (p.l2norm) {
-      ik = 1.f / sqrtf(sk[0] + 1e-6f);
-      iq = 1.f / sqrtf(sq[0] + 1e-6f);
+      ik = 1.f / sqrtf(sk + 1e-6f);
+      iq = 1.f / sqrtf(sq + 1e-6f);
     }
+  }
+
+  // The end of a step, once the sums are reduced: u, o and the state update.
+  __device__ __forceinline__ void finish(const TokenT& x, const Raw4<In> (&kr)[CHUNKS], float g, float beta, float ik,
+                                         float iq, float kq, const float (&p1)[CPL], const float (&p2)[CPL],
+                                         float s[RPL][CPL], float o[CPL]) const {
     const float alpha = expf(g);
     const float qs = p.scale * iq;
-    const float kqs = kq[0] * ik * qs;
+    const float kqs = kq * ik * qs;
     float v[CPL], u[CPL];
     if constexpr (ALIGNED && !EAGER) masked(x.v, v0 < dim_v()).unpack(v);
     else x.v.unpack(v);
 #pragma unroll
     for (int c = 0; c < CPL; ++c) {
-      u[c] = beta * (v[c] - alpha * (p1[0][c] * ik));
-      o[c] = alpha * (p2[0][c] * qs) + kqs * u[c];
+      u[c] = beta * (v[c] - alpha * (p1[c] * ik));
+      o[c] = alpha * (p2[c] * qs) + kqs * u[c];
     }
 #pragma unroll
     for (int m = 0; m < CHUNKS; ++m) {
@@ -613,6 +642,79 @@ struct Tile {
         for (int c = 0; c < CPL; ++c) s[4 * m + e][c] = fmaf(kn, u[c], alpha * s[4 * m + e][c]);
       }
     }
+  }
+
+  // step() in two halves for a state that is still in flight (decode_token_kernel): first
+  // everything that needs only the token (gates, |k|^2, |q|^2, k.q and their butterflies, the
+  // inverse norms), then the state's products, their butterflies and finish(). Each sum keeps
+  // its own order and its own butterfly, so the bits are step()'s; what changes is that the
+  // first half runs while the state loads are in flight (the warp issues in order, and in
+  // step() the first FMA on the state came before most of the token's own arithmetic).
+  struct TokenPart {
+    float g, beta, ik, iq, kq;
+    Raw4<In> kr[CHUNKS];
+  };
+  // head_gates: this head's dt_bias and A_log, loaded by the caller with the token (fused gates
+  // only; resolve_gates loads them only once it gets there, one dependent load after another).
+  __device__ __forceinline__ void token_part(const TokenT& x, const float (&head_gates)[2], TokenPart& t) const {
+    static_assert(SPLIT == 1 && !EAGER, "the two-part step is for SPLIT = 1 tiles that defer the gates");
+    if (p.fused_gates) {
+      fused_gates(x, head_gates[0], head_gates[1], t.g, t.beta);
+    } else {
+      t.g = gate_value(x.gate0, p.gate_type);
+      t.beta = gate_value(x.gate1, p.gate_type);
+    }
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) t.kr[m] = k_at(x, m);
+    float sk = 0.f, sq = 0.f, kq = 0.f;
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      float k[4], q[4];
+      t.kr[m].unpack(k);
+      q_at(x, m).unpack(q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sk = fmaf(k[e], k[e], sk);
+        sq = fmaf(q[e], q[e], sq);
+        kq = fmaf(k[e], q[e], kq);
+      }
+    }
+#pragma unroll
+    for (int offset = COL_LANES; offset < 32; offset <<= 1) {
+      sk += __shfl_xor_sync(0xffffffffu, sk, offset);
+      sq += __shfl_xor_sync(0xffffffffu, sq, offset);
+      kq += __shfl_xor_sync(0xffffffffu, kq, offset);
+    }
+    inverse_norms(sk, sq, t.ik, t.iq);
+    t.kq = kq;
+  }
+  __device__ __forceinline__ void state_part(const TokenT& x, const TokenPart& t, float s[RPL][CPL], float o[CPL]) const {
+    float p1[CPL], p2[CPL];
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) p1[c] = p2[c] = 0.f;
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      float k[4], q[4];
+      t.kr[m].unpack(k);
+      q_at(x, m).unpack(q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+          p1[c] = fmaf(s[4 * m + e][c], k[e], p1[c]);
+          p2[c] = fmaf(s[4 * m + e][c], q[e], p2[c]);
+        }
+      }
+    }
+#pragma unroll
+    for (int offset = COL_LANES; offset < 32; offset <<= 1) {
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        p1[c] += __shfl_xor_sync(0xffffffffu, p1[c], offset);
+        p2[c] += __shfl_xor_sync(0xffffffffu, p2[c], offset);
+      }
+    }
+    finish(x, t.kr, t.g, t.beta, t.ik, t.iq, t.kq, p1, p2, s, o);
   }
 
   __device__ void store_o(std::int64_t t, const float o[CPL]) const {
@@ -718,7 +820,7 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
 
   float s[RPL][CPL];
   if (p.has_h0) {
-    const float* base = (p.use_cache ? p.state_cache : p.h0) + (row * p.HV + j) * state_elems;
+    const float* base = p.state_in + (row * p.HV + j) * state_elems;
     tl.load_state(base, s);
   } else {
 #pragma unroll
@@ -746,8 +848,76 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
   }
 
   if (p.has_hT) {
-    float* base = (p.use_cache ? p.state_cache : p.hT) + (row * p.HV + j) * state_elems;
+    float* base = p.state_out + (row * p.HV + j) * state_elems;
     tl.store_state(base, s);
+  }
+}
+
+// One token per request (the decode step of a serving engine) at K = V = 128, default (4, 16)
+// tile: the general kernel's Tile, the same operations in the same order on the same lanes (so
+// the same bits: decode == prefill and batch invariance hold across kernels), scheduled for
+// latency, since at small batches one warp's serial path is the whole launch:
+// - the item's (n, j) by multiply-high (FastDivisor), so the slot index, the one load the state
+//   waits for, goes out a few instructions after the start;
+// - the token's loads next, then the state's, then the token-only half of the step (gates,
+//   norms and their butterflies) while the state is in flight (Tile::token_part), then the
+//   state's half (Tile::state_part);
+// - no sequence bounds, no token loop, no intermediate states (the host routes those launches
+//   to recurrent_kernel).
+template <class In, int WPB, bool V_MAJOR>
+__global__ void __launch_bounds__(WPB * 32) decode_token_kernel(const __grid_constant__ RecurrentParams p) {
+  using TileT = Tile<In, 4, 16, true, false, 1, 128, 128, 4>;
+  constexpr int kLayout = V_MAJOR ? TileT::kVMajor : TileT::kKMajor;
+  constexpr unsigned kTiles = 128 / TileT::BV;
+  const int lane = threadIdx.x & 31;
+  const unsigned item = blockIdx.x * unsigned(WPB) + (threadIdx.x >> 5);
+  // Whole warps leave together: every shuffle below runs with all 32 lanes.
+  if (item >= static_cast<unsigned>(p.items)) return;
+  if (p.status != nullptr && *p.status != 0) return;
+  const unsigned nj = item / kTiles;
+  const unsigned n = p.hv_divisor.divide(nj);
+  const int j = int(nj - n * unsigned(p.HV));
+  std::int64_t row = n;
+  if (p.use_cache) row = p.state_indices[n];
+
+  const TileT tl(p, lane, int(item % kTiles), j);
+  typename TileT::TokenT x;
+  tl.load_token(n, x);  // request n's one token is token n
+  float head_gates[2] = {0.f, 0.f};
+  if (p.fused_gates) head_gates[0] = p.dt_bias[j], head_gates[1] = p.A_log[j];
+  if (p.use_cache) {
+    if (row == -1) {
+      // Padding (§5): read and write nothing in the cache; the output row is zeros.
+      const float zeros[4] = {0.f, 0.f, 0.f, 0.f};
+      tl.store_o(n, zeros);
+      return;
+    }
+    if (row < 0 || row >= p.state_slots) return;  // an error, reported by the host or the status pre-pass
+  }
+  constexpr std::int64_t kStateElems = 128 * 128;
+  float s[16][4];
+  if (p.has_h0) {
+    tl.template load_state<kLayout>(p.state_in + (row * p.HV + j) * kStateElems, s);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+  }
+  typename TileT::TokenPart part;
+  tl.token_part(x, head_gates, part);
+  float o[4];
+  tl.state_part(x, part, s, o);
+  tl.store_o(n, o);
+  if (p.has_hT) tl.template store_state<false, kLayout>(p.state_out + (row * p.HV + j) * kStateElems, s);
+}
+
+template <class In, bool V_MAJOR>
+void launch_decode_token(const RecurrentParams& params, cudaStream_t stream) {
+  if (params.items <= kSmallLaunchWarps) {
+    decode_token_kernel<In, 1, V_MAJOR><<<dim3(static_cast<unsigned>(params.items)), 32, 0, stream>>>(params);
+  } else {
+    const std::int64_t blocks = (params.items + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    decode_token_kernel<In, kWarpsPerBlock, V_MAJOR>
+        <<<dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * 32, 0, stream>>>(params);
   }
 }
 
@@ -756,6 +926,13 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
 // default-tile warps' worth run one warp per block, so that the warps spread over all SMs.
 template <class In, int CPL, bool DECODE>
 void launch_fixed(const RecurrentParams& params, cudaStream_t stream) {
+  if constexpr (DECODE && CPL == 4) {
+    if (params.tokens_per_sequence == 1 && !params.store_intermediate && decode_token_kernel_enabled()) {
+      if (params.v_major) launch_decode_token<In, true>(params, stream);
+      else launch_decode_token<In, false>(params, stream);
+      return;
+    }
+  }
   if (params.items <= kSmallLaunchWarps * (4 / CPL)) {
     recurrent_kernel<In, 4, 16, true, 128, 128, 1, CPL, DECODE>
         <<<dim3(static_cast<unsigned>(params.items)), 32, 0, stream>>>(params);

@@ -9,42 +9,82 @@ namespace gdn::cuda::detail {
 
 enum class ElementType : int { f32 = 0, bf16 = 1, f16 = 2 };
 
+// x / divisor for 0 <= x < 2^31 as a multiply-high and a shift (Granlund and Montgomery; the
+// form CUTLASS's FastDivmod uses): a division by a runtime value is a dozen dependent
+// instructions (a reciprocal on the MUFU pipe among them), and the decode kernel's first load
+// (the slot index) waits for n = item / HV.
+struct FastDivisor {
+  unsigned divisor = 1;
+  unsigned multiplier = 0;
+  unsigned shift = 0;
+
+  static FastDivisor of(unsigned d) {
+    FastDivisor f;
+    f.divisor = d;
+    if (d > 1) {
+      unsigned log2_ceil = 0;
+      while ((std::uint64_t(1) << log2_ceil) < d) ++log2_ceil;
+      const unsigned p = 31 + log2_ceil;
+      f.multiplier = static_cast<unsigned>(((std::uint64_t(1) << p) + d - 1) / d);
+      f.shift = p - 32;
+    }
+    return f;
+  }
+#if defined(__CUDACC__)
+  __host__ __device__
+#endif
+  unsigned divide(unsigned x) const {
+    if (divisor == 1) return x;
+#if defined(__CUDA_ARCH__)
+    return __umulhi(x, multiplier) >> shift;
+#else
+    return static_cast<unsigned>((std::uint64_t(x) * multiplier) >> 32) >> shift;
+#endif
+  }
+};
+
+// The fields a one-token decode reads come first, in about the order it reads them: the
+// parameter block lives in a constant bank, and on the H200 about 15% of a one-request
+// decode's stall samples sat on first reads of its (then 256-byte, scattered) fields, each a
+// constant-cache miss on the warp's serial path. Pointers the kernel would choose between at
+// run time (g or a, h0 or the cache) are chosen here, once.
 struct RecurrentParams {
+  std::int64_t items;  // N * HV * num_tiles warps
+  const std::int32_t* state_indices;
+  const int* status;   // when non-null, blocks do nothing unless *status == 0
+  FastDivisor hv_divisor;     // HV
+  FastDivisor group_divisor;  // group = HV / H
+  int use_cache, has_h0, has_hT, v_major;
+  int H, HV;
   const void* q;
   const void* k;
   const void* v;
-  const void* g;
-  const void* beta;
-  const void* a;
-  const void* b;
-  const float* A_log;
-  const float* dt_bias;
-  const float* h0;          // dense initial states (or null)
-  float* hT;                // dense final states (or null)
-  float* state_cache;       // cache (or null)
-  const std::int32_t* state_indices;
-  const int* status;        // when non-null, blocks do nothing unless *status == 0
-  const void* cu_seqlens;   // null: fixed length tokens_per_sequence (decode)
-  int cu_seqlens_64;
-  std::int64_t tokens_per_sequence;
+  const void* gate0;  // g (separate gates) or a (fused)
+  const void* gate1;  // beta (separate gates) or b (fused)
+  const float* state_in;  // the cache (use_cache) or the dense h0, or null
+  float* state_out;       // the cache (use_cache) or the dense hT, or null
   void* o;
-  float* intermediate;
-
-  int N, H, HV, K, V;
-  int group;  // HV / H
-  float scale;
   std::int64_t state_slots;
-
-  int has_h0, has_hT, use_cache, v_major, l2norm, fused_gates, negative_eigenvalues;
+  float scale;
+  int l2norm, fused_gates, negative_eigenvalues;
   int gate_type;  // ElementType of g/beta or a/b
   int store_intermediate;
+  const float* A_log;
+  const float* dt_bias;
+
+  // Below: what decode reads rarely (the streamed kernel, Ts > 1) and what prefill reads.
+  const void* cu_seqlens;   // null: fixed length tokens_per_sequence (decode)
+  std::int64_t tokens_per_sequence;
+  int cu_seqlens_64;
+  int N, K, V;
+  int group;  // HV / H
   int vector_k;   // K % 4 == 0: rows along K allow vector accesses
   int vector_v;   // V % 4 == 0
   int runtime_sizes;  // 1: never the fixed-size (K = V = 128) instances (LaunchOptions::runtime_size_kernels)
   int narrow;         // 1: the K = V = 128 default tile runs its narrow instance (LaunchOptions::narrow_tile)
-
   int num_tiles;       // ceil(V / (4 * column_lanes))
-  std::int64_t items;  // N * HV * num_tiles warps
+  float* state_cache;  // the cache (or null): the streamed kernel reads and writes it directly
+  float* intermediate;
 };
 
 constexpr int kWarpsPerBlock = 4;
@@ -59,6 +99,11 @@ constexpr std::int64_t kNarrowMaxItems = 512;
 // the streamed one, unless LaunchOptions::streamed_decode (same bits; on the H200, a78d159,
 // the general kernel was faster up to 64 requests at HV = 32, the streamed one from 256).
 constexpr std::int64_t kGeneralDecodeMaxItems = 4096;
+
+// Whether one-token decode launches at the K = V = 128 default tile run decode_token_kernel
+// (recurrent_kernel.cuh; same bits as the general kernel). Tuning switch for benchmarks only:
+// GDN_DECODE_TOKEN_KERNEL=0 sends them to the general kernel, for comparison. Read once.
+bool decode_token_kernel_enabled();
 
 // Launches the main kernel for (input type, column_lanes, rows_per_lane); defined in the
 // per-dtype .cu files. Returns false when that combination is not instantiated.
