@@ -45,6 +45,7 @@ for b in json.load(open(sys.argv[1]))["benchmarks"]:
 bench() {  # variant binary-dir binary json filter [env...]
   local variant=$1 dir=$2 binary=$3 json=$4 filter=$5
   shift 5
+  [ -x "$dir/$binary" ] || return 0
   env "$@" timeout 120 "$dir/$binary" --benchmark_filter="$filter" --benchmark_out="$OUT/$json" \
     --benchmark_out_format=json > /dev/null 2>&1
   rows "$OUT/$json" | sed "s/^/$variant /" | tee -a "$LOG"
