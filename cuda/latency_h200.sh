@@ -7,6 +7,8 @@
 #   T: the GPU tests of this build at GDN_CASES (default 300) cases per property;
 #   D: decode rows (graph mode, held): this build, this build with GDN_DECODE_TOKEN_KERNEL=0
 #      (the general kernel), the baseline, then fla's decode (FLA_ONLY=decode), per round;
+#   C: the one-token kernel against the general kernel (GDN_DECODE_TOKEN_KERNEL=0) at 1 to 64
+#      requests, two rounds;
 #   P: prefill rows, this build and the baseline, per round;
 #   S: streamed decode rows (graph mode, held) from 248 to 1024 requests, this build and the
 #      baseline (which lacks the rows it never had), two rounds;
@@ -25,6 +27,7 @@ LOG=$OUT/latency.log
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
 mkdir -p .carry && tar -C .carry -xJf .carry-rec/rec.tar.xz
 HAVE_OLD=0
+# The baseline pack may hold only some of the binaries (a variant whose binary is absent is skipped).
 if [ -f .carry-old/rec.tar.xz ]; then mkdir -p .carry-old-bin && tar -C .carry-old-bin -xJf .carry-old/rec.tar.xz && HAVE_OLD=1; fi
 export GDN_DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 log "device: $GDN_DEVICE; commit $GDN_COMMIT; baseline $BASELINE (present: $HAVE_OLD)"
@@ -68,6 +71,17 @@ if [[ $PHASES == *D* ]]; then
 for l in sys.stdin:
     e=json.loads(l); print("fla batch:%d held %.0f ns do_bench %.0f ns" % (e["batch"], e["held_ms"]*1e6, e["ms"]*1e6))' |
       tee -a "$LOG"
+  done
+fi
+
+if [[ $PHASES == *C* ]]; then
+  # The one-token kernel against the general one at 1 to 64 requests (general:1 forces the
+  # non-streamed path; narrow:1 keeps the standard tile).
+  CROSS='BM_decode/batch:(1|2|4|8|16|32|64)/column_lanes:0/status:0/graph:1/general:1/v_major:0/wide:0/held:1/runtime_sizes:0/narrow:1'
+  for round in $(seq 2); do
+    log "C: one-token vs general kernel, round $round"
+    bench new .carry cuda_bench_decode "cross_new_r$round.json" "$CROSS"
+    bench general .carry cuda_bench_decode "cross_general_r$round.json" "$CROSS" GDN_DECODE_TOKEN_KERNEL=0
   done
 fi
 
