@@ -15,7 +15,8 @@
 #   N: Nsight Compute of a one-request decode with a warm L2 (this build; cuda/profile_h200.sh W).
 # Environment: GDN_COMMIT, GDN_BASELINE (its commit), GDN_ROUNDS (default 3), GDN_PHASES
 # (default TDP). Output in $OUT: latency.log (every row, in order), decode_<variant>_r<round>.json,
-# prefill_<variant>_r<round>.json, fla_decode_r<round>.json, conformance.json, tests.log.
+# prefill_<variant>_r<round>.json, fla_r<round>/fla_recurrent.json, conformance.json (the JSON files
+# packed into results.tar.gz at the end), tests.log.
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -57,14 +58,14 @@ DECODE='BM_decode/batch:(1|2|8|64)/column_lanes:0/status:0/graph:1/general:0/v_m
 PREFILL='BM_prefill/sequences:(1|4|8|64)/length:(8192|4096|256|0|-1)/column_lanes:0/runtime_sizes:0/narrow:0'
 
 if [[ $PHASES == *D* ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    2>&1 | tail -2 | tee -a "$LOG"
+  [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl 2>&1 | tail -2 | tee -a "$LOG"
   for round in $(seq "$ROUNDS"); do
     log "D: round $round"
     bench new .carry cuda_bench_decode "decode_new_r$round.json" "$DECODE"
     bench general .carry cuda_bench_decode "decode_general_r$round.json" "$DECODE" GDN_DECODE_TOKEN_KERNEL=0
     [ $HAVE_OLD = 1 ] && bench "$BASELINE" .carry-old-bin cuda_bench_decode "decode_old_r$round.json" "$DECODE"
-    FLA_ONLY=decode OUT=$OUT/fla_r$round PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 \
+    [ -d .whl ] && FLA_ONLY=decode OUT=$OUT/fla_r$round PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 \
       GDN_COMMAND="FLA_ONLY=decode python3 cuda/peers/fla_recurrent.py (cuda/latency_h200.sh)" \
       bash -c 'mkdir -p $OUT && timeout 120 python3 cuda/peers/fla_recurrent.py' 2>&1 | grep '"batch"' |
       python3 -c 'import json,sys
@@ -106,4 +107,6 @@ if [[ $PHASES == *N* ]]; then
   log "N: ncu, one-request decode, warm L2"
   OUT=$OUT/profile PROFILE_PHASES=W bash cuda/profile_h200.sh >> "$LOG" 2>&1
 fi
+# The device tool returns a few files per call: the JSON files travel as one archive.
+(cd "$OUT" && find . -name '*.json' | tar -czf results.tar.gz -T - && find . -name '*.json' -delete)
 log "done"

@@ -267,16 +267,17 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   check_device_pointers(p, t, decode, stream);
 
   RecurrentParams r{};
-  const bool fused_gates = p.gate_mode == GateMode::fused;
   r.q = t.q;
   r.k = t.k;
   r.v = t.v;
-  r.gate0 = fused_gates ? t.a : t.g;
-  r.gate1 = fused_gates ? t.b : t.beta;
+  r.g = t.g;
+  r.beta = t.beta;
+  r.a = t.a;
+  r.b = t.b;
   r.A_log = t.A_log;
   r.dt_bias = t.dt_bias;
-  r.state_in = p.uses_state_cache() ? t.state_cache : t.h0;
-  r.state_out = p.uses_state_cache() ? t.state_cache : t.hT;
+  r.h0 = t.h0;
+  r.hT = t.hT;
   r.state_cache = t.state_cache;
   r.state_indices = t.state_indices;
   r.status = t.status;
@@ -300,7 +301,7 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.use_cache = p.uses_state_cache();
   r.v_major = p.state_layout == StateLayout::v_major;
   r.l2norm = p.use_qk_l2norm;
-  r.fused_gates = fused_gates;
+  r.fused_gates = p.gate_mode == GateMode::fused;
   r.negative_eigenvalues = p.allow_negative_eigenvalues;
   r.gate_type = static_cast<int>(element_type(p.gate_dtype));
   r.store_intermediate = p.store_intermediate_states;

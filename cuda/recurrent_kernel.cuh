@@ -325,7 +325,7 @@ struct Tile {
 
   __device__ Tile(const RecurrentParams& params, int lane, int tile, int head)
       : p(params), rg(lane / COL_LANES), cg(lane % COL_LANES), v0(tile * BV + CPL * (lane % COL_LANES)),
-        h(int(params.group_divisor.divide(unsigned(head)))), j(head) {}
+        h(head / params.group), j(head) {}
 
   __device__ __forceinline__ int k_of(int m) const { return 4 * (rg + RL * m); }
 
@@ -494,8 +494,8 @@ struct Tile {
       x.v = load_raw(vp + v0, v0 < V ? V - v0 : 0, p.vector_v);
     }
     const std::int64_t gi = t * p.HV + j;
-    x.gate0 = load_gate_bits(p.gate0, p.gate_type, gi);
-    x.gate1 = load_gate_bits(p.gate1, p.gate_type, gi);
+    x.gate0 = load_gate_bits(p.fused_gates ? p.a : p.g, p.gate_type, gi);
+    x.gate1 = load_gate_bits(p.fused_gates ? p.b : p.beta, p.gate_type, gi);
     if constexpr (EAGER) {
       float g, beta;
       resolve_gates(x, g, beta);
@@ -820,7 +820,7 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
 
   float s[RPL][CPL];
   if (p.has_h0) {
-    const float* base = p.state_in + (row * p.HV + j) * state_elems;
+    const float* base = (p.use_cache ? p.state_cache : p.h0) + (row * p.HV + j) * state_elems;
     tl.load_state(base, s);
   } else {
 #pragma unroll
@@ -848,7 +848,7 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
   }
 
   if (p.has_hT) {
-    float* base = p.state_out + (row * p.HV + j) * state_elems;
+    float* base = (p.use_cache ? p.state_cache : p.hT) + (row * p.HV + j) * state_elems;
     tl.store_state(base, s);
   }
 }
@@ -897,7 +897,7 @@ __global__ void __launch_bounds__(WPB * 32) decode_token_kernel(const __grid_con
   constexpr std::int64_t kStateElems = 128 * 128;
   float s[16][4];
   if (p.has_h0) {
-    tl.template load_state<kLayout>(p.state_in + (row * p.HV + j) * kStateElems, s);
+    tl.template load_state<kLayout>((p.use_cache ? p.state_cache : p.h0) + (row * p.HV + j) * kStateElems, s);
   } else {
 #pragma unroll
     for (int i = 0; i < 16; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
@@ -907,7 +907,7 @@ __global__ void __launch_bounds__(WPB * 32) decode_token_kernel(const __grid_con
   float o[4];
   tl.state_part(x, part, s, o);
   tl.store_o(n, o);
-  if (p.has_hT) tl.template store_state<false, kLayout>(p.state_out + (row * p.HV + j) * kStateElems, s);
+  if (p.has_hT) tl.template store_state<false, kLayout>((p.use_cache ? p.state_cache : p.hT) + (row * p.HV + j) * kStateElems, s);
 }
 
 template <class In, bool V_MAJOR>
@@ -927,7 +927,8 @@ void launch_decode_token(const RecurrentParams& params, cudaStream_t stream) {
 template <class In, int CPL, bool DECODE>
 void launch_fixed(const RecurrentParams& params, cudaStream_t stream) {
   if constexpr (DECODE && CPL == 4) {
-    if (params.tokens_per_sequence == 1 && !params.store_intermediate && decode_token_kernel_enabled()) {
+    if (params.tokens_per_sequence == 1 && !params.store_intermediate && params.items <= kDecodeTokenMaxWarps &&
+        decode_token_kernel_enabled()) {
       if (params.v_major) launch_decode_token<In, true>(params, stream);
       else launch_decode_token<In, false>(params, stream);
       return;

@@ -43,54 +43,61 @@ struct FastDivisor {
   }
 };
 
-// The fields a one-token decode reads come first, in about the order it reads them: the
-// parameter block lives in a constant bank, and on the H200 about 15% of a one-request
-// decode's stall samples sat on first reads of its (then 256-byte, scattered) fields, each a
-// constant-cache miss on the warp's serial path. Pointers the kernel would choose between at
-// run time (g or a, h0 or the cache) are chosen here, once.
+// The layout below is the one the prefill instances were tuned with. ptxas's register choice
+// for the token loop is fragile: reordering these fields and resolving g/a, beta/b and
+// h0/hT/cache on the host (3df0e21) made it keep 128 registers instead of 160 in the narrow
+// prefill instance (167 instead of 227 in the standard one) and cost 1 x 8192 65% and 4 x 4096
+// 22% on the H200 (4f693f6 against 8355aec in one call). New fields go at the end.
 struct RecurrentParams {
-  std::int64_t items;  // N * HV * num_tiles warps
-  const std::int32_t* state_indices;
-  const int* status;   // when non-null, blocks do nothing unless *status == 0
-  FastDivisor hv_divisor;     // HV
-  FastDivisor group_divisor;  // group = HV / H
-  int use_cache, has_h0, has_hT, v_major;
-  int H, HV;
   const void* q;
   const void* k;
   const void* v;
-  const void* gate0;  // g (separate gates) or a (fused)
-  const void* gate1;  // beta (separate gates) or b (fused)
-  const float* state_in;  // the cache (use_cache) or the dense h0, or null
-  float* state_out;       // the cache (use_cache) or the dense hT, or null
-  void* o;
-  std::int64_t state_slots;
-  float scale;
-  int l2norm, fused_gates, negative_eigenvalues;
-  int gate_type;  // ElementType of g/beta or a/b
-  int store_intermediate;
+  const void* g;
+  const void* beta;
+  const void* a;
+  const void* b;
   const float* A_log;
   const float* dt_bias;
-
-  // Below: what decode reads rarely (the streamed kernel, Ts > 1) and what prefill reads.
+  const float* h0;          // dense initial states (or null)
+  float* hT;                // dense final states (or null)
+  float* state_cache;       // cache (or null)
+  const std::int32_t* state_indices;
+  const int* status;        // when non-null, blocks do nothing unless *status == 0
   const void* cu_seqlens;   // null: fixed length tokens_per_sequence (decode)
-  std::int64_t tokens_per_sequence;
   int cu_seqlens_64;
-  int N, K, V;
+  std::int64_t tokens_per_sequence;
+  void* o;
+  float* intermediate;
+
+  int N, H, HV, K, V;
   int group;  // HV / H
+  float scale;
+  std::int64_t state_slots;
+
+  int has_h0, has_hT, use_cache, v_major, l2norm, fused_gates, negative_eigenvalues;
+  int gate_type;  // ElementType of g/beta or a/b
+  int store_intermediate;
   int vector_k;   // K % 4 == 0: rows along K allow vector accesses
   int vector_v;   // V % 4 == 0
   int runtime_sizes;  // 1: never the fixed-size (K = V = 128) instances (LaunchOptions::runtime_size_kernels)
   int narrow;         // 1: the K = V = 128 default tile runs its narrow instance (LaunchOptions::narrow_tile)
+
   int num_tiles;       // ceil(V / (4 * column_lanes))
-  float* state_cache;  // the cache (or null): the streamed kernel reads and writes it directly
-  float* intermediate;
+  std::int64_t items;  // N * HV * num_tiles warps
+  FastDivisor hv_divisor;     // HV (decode_token_kernel)
+  FastDivisor group_divisor;  // group = HV / H (decode_token_kernel)
 };
 
 constexpr int kWarpsPerBlock = 4;
 // Launches of at most this many warps (one or two decode requests at HV = 32, K = V = 128) run
 // the fixed-size default instance one warp per block (recurrent_kernel.cuh, launch_instance).
 constexpr std::int64_t kSmallLaunchWarps = 512;
+// One-token decode launches of at most this many default-tile warps (16 requests at HV = 32)
+// run decode_token_kernel (recurrent_kernel.cuh), larger ones the general kernel (same bits).
+// On the H200 (4f693f6, graph mode, held) the one-token kernel took 4.66 / 5.43 / 6.55 / 9.07 /
+// 15.4 us at 1 / 2 / 4 / 8 / 16 requests against the general kernel's 5.27 / 6.07 / 7.19 /
+// 10.4 / 16.2, and lost at 32 and 64 (43.9 / 82.7 us against 43.1 / 80.7).
+constexpr std::int64_t kDecodeTokenMaxWarps = 4096;
 // LaunchOptions::NarrowTile::automatic: prefill launches of at most this many default-tile warps
 // run the narrow tile (recurrent_kernel.cuh, Tile's CPL = 2; same bits), as do packs whose
 // longest sequence holds a third of the tokens (launch.cpp, narrow_tile_applies).
