@@ -518,12 +518,25 @@ struct Tile {
     if (!p.fused_gates) {
       g = gate_value(x.gate0, p.gate_type);
       beta = gate_value(x.gate1, p.gate_type);
-    } else {
+    } else if constexpr (EAGER) {
+      // Through fused_gates() in the streamed kernel's eager token loads: the same operations,
+      // but ptxas then scheduled that kernel's loop so that 256 requests took 294 instead of
+      // 301 us on the H200 (85.4% of copy instead of 83.5%; c381d35 against 8355aec, one call,
+      // two rounds each; the SASS differs from 8355aec's only through this call).
       fused_gates(x, p.dt_bias[j], p.A_log[j], g, beta);
+    } else {
+      // §3 in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (x2: negative
+      // eigenvalues). softplus(x) = x for x > 20, as the reference does. Written out: through
+      // fused_gates() the prefill token loop's schedule changed and lost (see step()).
+      const float a = gate_value(x.gate0, p.gate_type) + p.dt_bias[j];
+      const float softplus = a > 20.f ? a : log1pf(expf(a));
+      g = -expf(p.A_log[j]) * softplus;
+      const float sig = 1.f / (1.f + expf(-gate_value(x.gate1, p.gate_type)));
+      beta = p.negative_eigenvalues ? 2.f * sig : sig;
     }
   }
-  // §3 in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (x2: negative
-  // eigenvalues). softplus(x) = x for x > 20, as the reference does.
+  // resolve_gates()'s fused branch with dt_bias and A_log given (decode_token_kernel loads them
+  // with the token, not after the token's gate input arrives).
   __device__ __forceinline__ void fused_gates(const TokenT& x, float dt_bias, float A_log, float& g,
                                               float& beta) const {
     const float a = gate_value(x.gate0, p.gate_type) + dt_bias;
@@ -543,7 +556,12 @@ struct Tile {
     else return x.q[m];
   }
 
-  // One step of §2 on the registers; writes this token's o columns.
+  // One step of §2 on the registers; writes this token's o columns. Its tail (u, o, the update)
+  // is finish()'s, written out: the same operations through the finish() call made ptxas
+  // schedule the general kernel's prefill token loop differently, and on the H200 it ran
+  // 1.3-1.6x slower (c381d35 against 8355aec in one call, 1 x 8192: 7.49 against 4.62 ms;
+  // Nsight Compute: the same instruction count, 1.3 more cycles per instruction stalled on
+  // global loads). Keep the two in step.
   __device__ __forceinline__ void step(const TokenT& x, float s[RPL][CPL], float o[CPL]) const {
     // Gates first, while few registers are live (the fused ones are a dozen instructions).
     float g, beta;
@@ -602,9 +620,33 @@ struct Tile {
         p2[0][c] += p2[1][c];
       }
     }
-    float ik, iq;
-    inverse_norms(sk[0], sq[0], ik, iq);
-    finish(x, kr, g, beta, ik, iq, kq[0], p1[0], p2[0], s, o);
+    float ik = 1.f, iq = 1.f;
+    if (p.l2norm) {
+      ik = 1.f / sqrtf(sk[0] + 1e-6f);
+      iq = 1.f / sqrtf(sq[0] + 1e-6f);
+    }
+    const float alpha = expf(g);
+    const float qs = p.scale * iq;
+    const float kqs = kq[0] * ik * qs;
+    float v[CPL], u[CPL];
+    if constexpr (ALIGNED && !EAGER) masked(x.v, v0 < dim_v()).unpack(v);
+    else x.v.unpack(v);
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) {
+      u[c] = beta * (v[c] - alpha * (p1[0][c] * ik));
+      o[c] = alpha * (p2[0][c] * qs) + kqs * u[c];
+    }
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {
+      float k[4];
+      kr[m].unpack(k);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float kn = k[e] * ik;
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) s[4 * m + e][c] = fmaf(kn, u[c], alpha * s[4 * m + e][c]);
+      }
+    }
   }
 
   // The inverse l2 norms of k and q (1 without l2norm).
