@@ -9,7 +9,8 @@ cu_seqlens (B = 1). Counters as ours: tokens/s, TFLOP/s at the same FLOP count
 of the device-to-device copy bandwidth measured here.
 
 Times are triton.testing.do_bench medians (CUDA events around each call, Python launch cost
-included, as in our launch-per-iteration benchmark). Results are rewritten atomically to
+included, as in our launch-per-iteration benchmark). FLA_BREAKDOWN=1 also records each shape's
+device time per kernel (torch.profiler, mean of 20 calls) under "breakdown". Results are rewritten atomically to
 $OUT/fla_chunk.json after every shape, so a timeout keeps what was measured.
 """
 import datetime
@@ -50,6 +51,31 @@ def copy_bandwidth(nbytes=2 << 30):
     dst = torch.empty_like(src)
     t = do_bench(lambda: dst.copy_(src), warmup=50, rep=200, return_mode="median") * 1e-3
     return 2.0 * nbytes / t
+
+
+def breakdown(fn, name, results, calls=20):
+    """Device time per kernel of one call (mean over `calls` profiled calls), with torch.profiler:
+    where fla's time goes, stage by stage (FLA_BREAKDOWN=1)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = e.cuda_time_total
+        if us > 0:
+            kernels[e.key] = kernels.get(e.key, 0.0) + us / calls
+    total = sum(kernels.values())
+    entry = {"name": name, "calls": calls, "total_kernel_us": total,
+             "kernels_us": dict(sorted(kernels.items(), key=lambda kv: -kv[1]))}
+    results.setdefault("breakdown", []).append(entry)
+    write(results)
+    print(json.dumps(entry), flush=True)
 
 
 def main():
@@ -119,6 +145,8 @@ def main():
             fn()
             torch.cuda.synchronize()
             t = do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e-3
+        if os.environ.get("FLA_BREAKDOWN"):
+            breakdown(fn, name, results)
         flops = T * HV * (4.0 * C * (K + V) + 6.0 * K * V)
         min_bytes = T * (2 * H * K + 2 * HV * V) * 2 + T * HV * 2 * 4 + 2 * N * HV * K * V * 4
         entry = {"name": name, "H": H, "HV": HV, "T": T, "sequences": N, "ms": t * 1e3,
