@@ -112,7 +112,9 @@ struct LaunchOptions {
   // At K = V = 128 with the default tile, the general kernel (prefill, and decode where the
   // streamed kernel does not run) uses an instance compiled for those sizes (addresses and
   // bounds folded at compile time); true runs the runtime-size instance instead. Same bits
-  // either way (tested bitwise); for comparison and tests.
+  // either way (tested bitwise); for comparison and tests. (Among the fixed-size instances,
+  // one-token decode launches of at most 16 requests at HV = 32 run decode_token_kernel, the
+  // same Tile scheduled for latency; GDN_DECODE_TOKEN_KERNEL=0 turns it off for comparison.)
   bool runtime_size_kernels = false;
   // The general kernel's narrow tile at K = V = 128 with the default tile: 8 columns per warp
   // instead of 16 (2 per lane instead of 4), twice the warps, each lane with the same rows,
