@@ -112,10 +112,13 @@ struct LaunchOptions {
   // At K = V = 128 with the default tile, the general kernel (prefill, and decode where the
   // streamed kernel does not run) uses an instance compiled for those sizes (addresses and
   // bounds folded at compile time); true runs the runtime-size instance instead. Same bits
-  // either way (tested bitwise); for comparison and tests. (Among the fixed-size instances,
-  // one-token decode launches of at most 16 requests at HV = 32 run decode_token_kernel, the
-  // same Tile scheduled for latency; GDN_DECODE_TOKEN_KERNEL=0 turns it off for comparison.)
+  // either way (tested bitwise); for comparison and tests.
   bool runtime_size_kernels = false;
+  // decode only: among those fixed-size launches, one token per request, no intermediate states
+  // and at most 4096 warps (16 requests at HV = 32) run the one-token kernel (the same tile
+  // and bits, scheduled for latency; see decode_uses_token_kernel). false runs the general
+  // kernel there, for comparison and tests (so does GDN_DECODE_TOKEN_KERNEL=0 in benchmarks).
+  bool token_decode_kernel = true;
   // The general kernel's narrow tile at K = V = 128 with the default tile: 8 columns per warp
   // instead of 16 (2 per lane instead of 4), twice the warps, each lane with the same rows,
   // sums and butterflies: the same bits (tested bitwise). automatic: prefill launches of at most
@@ -156,6 +159,11 @@ int default_column_lanes(const Problem& problem, bool decode);
 // holds at most 16 rows of K (at the default tile: K <= 128 with V <= 128, or K > 128 with
 // V <= 64). Host-only, no CUDA call.
 bool decode_uses_stream_kernel(const Problem& problem, const LaunchOptions& options = {});
+
+// Whether decode(problem, ..., options) runs the one-token kernel (LaunchOptions::
+// token_decode_kernel): the general kernel's fixed-size K = V = 128 default-tile path, standard
+// tile, one token per request, no intermediate states, at most 4096 warps. Host-only.
+bool decode_uses_token_kernel(const Problem& problem, const LaunchOptions& options);
 
 // Whether that streamed launch uses its wide tile (options.wide_stream_tile, where it applies:
 // the streamed kernel at the default tile, i.e. K in (64, 128], a K-major state, V <= 128, K

@@ -299,7 +299,39 @@ TEST_CASE("decode picks the streamed kernel only where it applies", "[cuda][api]
   CHECK_FALSE(decode_uses_wide_stream_tile(two_tokens, wide));
 }
 
-// The kernels' multiply-high division (recurrent_params.hpp): exact for every x < 2^31, which
+TEST_CASE("the one-token decode kernel runs only where it applies", "[cuda][api]") {
+  // HV = 32, K = V = 128, one token per request: up to 16 requests (4096 warps of the default
+  // tile) take the one-token kernel; 32 do not, nor do 2 tokens per request, intermediate
+  // states, another K, the narrow or runtime-size instances, or LaunchOptions::token_decode_kernel off.
+  const auto decode_problem = [](int requests, std::int64_t tokens) {
+    Problem p = Problem::fixed_length(requests, tokens, 16, 32, 128, 128);
+    p.state_slots = requests;
+    p.has_h0 = p.has_hT = true;
+    return p;
+  };
+  const LaunchOptions automatic;
+  CHECK(decode_uses_token_kernel(decode_problem(1, 1), automatic));
+  CHECK(decode_uses_token_kernel(decode_problem(16, 1), automatic));
+  CHECK_FALSE(decode_uses_token_kernel(decode_problem(17, 1), automatic));
+  CHECK_FALSE(decode_uses_token_kernel(decode_problem(1, 2), automatic));
+  Problem intermediate = decode_problem(1, 1);
+  intermediate.store_intermediate_states = true;
+  CHECK_FALSE(decode_uses_token_kernel(intermediate, automatic));
+  Problem other_k = decode_problem(1, 1);
+  other_k.K = 64;
+  CHECK_FALSE(decode_uses_token_kernel(other_k, automatic));
+  LaunchOptions off, narrow, runtime, streamed;
+  off.token_decode_kernel = false;
+  narrow.narrow_tile = LaunchOptions::NarrowTile::on;
+  runtime.runtime_size_kernels = true;
+  streamed.streamed_decode = true;
+  CHECK_FALSE(decode_uses_token_kernel(decode_problem(1, 1), off));
+  CHECK_FALSE(decode_uses_token_kernel(decode_problem(1, 1), narrow));
+  CHECK_FALSE(decode_uses_token_kernel(decode_problem(1, 1), runtime));
+  CHECK_FALSE(decode_uses_token_kernel(decode_problem(1, 1), streamed));
+}
+
+// The kernels' multiply-high division// The kernels' multiply-high division (recurrent_params.hpp): exact for every x < 2^31, which
 // the host guarantees (items and head indices stay below 2^31). The host path of divide() is
 // the device's __umulhi written out, so a wrong multiplier or shift fails here.
 TEST_CASE("FastDivisor divides exactly below 2^31", "[cuda][api]") {

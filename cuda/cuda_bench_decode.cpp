@@ -106,6 +106,7 @@ void BM_decode(benchmark::State& state) {
   state.counters["wide"] = decode_uses_wide_stream_tile(p, options) ? 1 : 0;
   state.counters["streamed"] = decode_uses_stream_kernel(p, options) ? 1 : 0;
   state.counters["narrow"] = uses_narrow_tile(p, options, /*decode=*/true) ? 1 : 0;
+  state.counters["token_kernel"] = decode_uses_token_kernel(p, options) ? 1 : 0;
   state.counters["held"] = held ? 1 : 0;
   state.counters["hold_timeouts"] = timer.hold_timeouts();
   if (exec) cudaGraphExecDestroy(exec);

@@ -277,6 +277,35 @@ TEST_CASE("the streamed decode at the default tile gives the general kernel's bi
   CHECK(failures == 0);
 }
 
+TEST_CASE("the one-token decode kernel gives the general kernel's bits", "[gpu]") {
+  // decode_token_kernel (LaunchOptions::token_decode_kernel) runs the general kernel's Tile on
+  // another schedule; the bits must be the general kernel's, with what random_decode_case draws:
+  // padding slots, both layouts, fused and separate gates, GVA, no h0 or no hT.
+  LaunchOptions token_options, general_options;
+  general_options.token_decode_kernel = false;
+  KernelAdapter token(Entry::decode, IndexType::i32, token_options);
+  KernelAdapter general(Entry::decode, IndexType::i32, general_options);
+  std::mt19937_64 rng(seed_for("cuda.decode", "token_kernel_equals_general"));
+  const int cases = std::max(6, case_count() / 10);
+  int failures = 0;
+  for (int i = 0; i < cases; ++i) {
+    KernelCase c = random_decode_case(rng);
+    Problem& p = c.problem;
+    p.K = p.V = 128;
+    p.store_intermediate_states = false;
+    const Problem shape = Problem::fixed_length(p.N(), 1, p.H, p.HV, p.K, p.V);
+    p.cu_seqlens = shape.cu_seqlens;
+    p.T = shape.T;
+    REQUIRE(decode_uses_token_kernel(p, token_options));
+    REQUIRE_FALSE(decode_uses_token_kernel(p, general_options));
+    const Inputs inputs = c.inputs();
+    const bool same = outputs_bits_equal(token.run(p, inputs), general.run(p, inputs));
+    Tally::instance().add("cuda.decode", "token_kernel_equals_general", true, !same);
+    if (!same && ++failures <= kMaxReported) FAIL_CHECK("one-token kernel != general kernel: " << c.describe());
+  }
+  CHECK(failures == 0);
+}
+
 TEST_CASE("the K = V = 128 instances (standard and narrow tile) give the runtime-size instances' bits", "[gpu]") {
   // Tile's KF / VF: at K = V = 128 the general kernel (prefill and decode) runs the default
   // tile's instance with both sizes fixed at compile time; LaunchOptions::runtime_size_kernels

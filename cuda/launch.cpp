@@ -206,6 +206,20 @@ bool narrow_tile_applies(const Problem& p, const LaunchOptions& options, int col
   return max_len > 0 && p.T <= 3 * max_len;
 }
 
+// Where one-token decode launches run decode_token_kernel (recurrent_kernel.cuh; api.hpp,
+// decode_uses_token_kernel): the fixed-size K = V = 128 standard default tile of the general
+// kernel, one token per request, no intermediate states, at most kDecodeTokenMaxWarps warps.
+// The caller has already ruled out the streamed kernel.
+bool token_kernel_applies(const Problem& p, const LaunchOptions& options, int column_lanes, int rows_per_lane,
+                          bool decode) {
+  if (!decode || !options.token_decode_kernel || !detail::decode_token_kernel_enabled()) return false;
+  if (options.runtime_size_kernels || narrow_tile_applies(p, options, column_lanes, rows_per_lane, decode)) return false;
+  if (p.K != 128 || p.V != 128 || column_lanes != 4 || rows_per_lane != 16) return false;
+  if (p.N() == 0 || p.seq_len(0) != 1 || p.store_intermediate_states) return false;
+  const std::int64_t warps = std::int64_t(p.N()) * p.HV * ((p.V + 4 * column_lanes - 1) / (4 * column_lanes));
+  return warps <= detail::kDecodeTokenMaxWarps;
+}
+
 // Stages: as many as the shared-memory budget holds (at most kStreamMaxStages), at least 2.
 detail::StreamParams stream_params_for(const Problem& p) {
   detail::StreamParams sp{};
@@ -311,6 +325,7 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.num_tiles = (p.V + 4 * column_lanes - 1) / (4 * column_lanes);
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
   r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane, decode) ? 1 : 0;
+  r.token_kernel = token_kernel_applies(p, options, column_lanes, rows_per_lane, decode) ? 1 : 0;
   // The general kernel numbers its warps in 32 bits (recurrent_kernel.cuh); the narrow tile has twice the warps.
   const std::int64_t warps = r.narrow ? 2 * r.items : r.items;
   if (warps > std::int64_t(0x7fffffff))
@@ -374,6 +389,12 @@ bool decode_uses_wide_stream_tile(const Problem& problem, const LaunchOptions& o
   if (!decode_uses_stream_kernel(problem, options)) return false;
   const int column_lanes = column_lanes_for(problem, options, /*decode=*/true);
   return wide_stream_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes));
+}
+
+bool decode_uses_token_kernel(const Problem& problem, const LaunchOptions& options) {
+  if (!known_column_lanes(options) || decode_uses_stream_kernel(problem, options)) return false;
+  const int column_lanes = column_lanes_for(problem, options, /*decode=*/true);
+  return token_kernel_applies(problem, options, column_lanes, rows_per_lane_for(problem, column_lanes), true);
 }
 
 bool uses_narrow_tile(const Problem& problem, const LaunchOptions& options, bool decode) {

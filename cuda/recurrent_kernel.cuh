@@ -969,8 +969,7 @@ void launch_decode_token(const RecurrentParams& params, cudaStream_t stream) {
 template <class In, int CPL, bool DECODE>
 void launch_fixed(const RecurrentParams& params, cudaStream_t stream) {
   if constexpr (DECODE && CPL == 4) {
-    if (params.tokens_per_sequence == 1 && !params.store_intermediate && params.items <= kDecodeTokenMaxWarps &&
-        decode_token_kernel_enabled()) {
+    if (params.token_kernel) {
       if (params.v_major) launch_decode_token<In, true>(params, stream);
       else launch_decode_token<In, false>(params, stream);
       return;
