@@ -307,7 +307,6 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.V = p.V;
   r.group = p.group_size();
   r.hv_divisor = detail::FastDivisor::of(static_cast<unsigned>(p.HV));
-  r.group_divisor = detail::FastDivisor::of(static_cast<unsigned>(p.group_size()));
   r.scale = static_cast<float>(p.effective_scale());
   r.state_slots = p.state_slots;
   r.has_h0 = p.has_h0;

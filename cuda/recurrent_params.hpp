@@ -85,7 +85,6 @@ struct RecurrentParams {
   int num_tiles;       // ceil(V / (4 * column_lanes))
   std::int64_t items;  // N * HV * num_tiles warps
   FastDivisor hv_divisor;     // HV (decode_token_kernel)
-  FastDivisor group_divisor;  // group = HV / H (decode_token_kernel)
   int token_kernel;           // 1: one-token decode launches may run decode_token_kernel
 };
 
