@@ -60,6 +60,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunked_params.hpp"
 
@@ -1078,14 +1079,27 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
   }
 }
 
+}  // namespace gdn::cuda::detail::chunked
+
+#include "cuda/chunked_wgmma.cuh"  // chunked_forward_wg: the bf16 / fp16 forward on wgmma
+
+namespace gdn::cuda::detail::chunked {
+
 // ----- instances and launches ---------------------------------------------------------------
 
 template <class E, int KP, int BV>
 struct Instance {
-  using F = Plan<E, KP, BV>;
+  // bf16 / fp16: the wgmma forward; fp32: chunked_forward (FMAs).
+  using F = std::conditional_t<Elem<E>::tensor, WgPlan<E, KP, BV>, Plan<E, KP, BV>>;
   using P = PrepPlan<E, KP>;
   static constexpr std::size_t shared_bytes = F::bytes;
   static constexpr int blocks_per_sm = F::min_blocks;
+  static constexpr auto forward() {
+    if constexpr (Elem<E>::tensor)
+      return &chunked_forward_wg<E, KP, BV>;
+    else
+      return &chunked_forward<E, KP, BV>;
+  }
 
   // Raises the kernels' dynamic shared-memory limits (and asks for the largest shared-memory
   // carveout, for two resident blocks where the plan allows them) once per process: one device
@@ -1093,10 +1107,10 @@ struct Instance {
   static cudaError_t configure() {
     static bool configured = false;
     if (configured) return cudaSuccess;
-    cudaError_t code = cudaFuncSetAttribute(chunked_forward<E, KP, BV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t code = cudaFuncSetAttribute(forward(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(F::bytes));
     if (code == cudaSuccess)
-      code = cudaFuncSetAttribute(chunked_forward<E, KP, BV>, cudaFuncAttributePreferredSharedMemoryCarveout,
+      code = cudaFuncSetAttribute(forward(), cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared));
     if (code == cudaSuccess)
       code = cudaFuncSetAttribute(chunked_prepare<E, KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1114,7 +1128,7 @@ struct Instance {
     chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
     if (prep_blocks > 0)
       chunked_prepare<E, KP><<<static_cast<unsigned>(prep_blocks), kThreads, P::bytes, stream>>>(params);
-    chunked_forward<E, KP, BV><<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
+    forward()<<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
   }
 };
 

@@ -1,0 +1,546 @@
+#pragma once
+// Part of chunked_kernel.cuh (included there, after the prepass): the forward kernel of the
+// bf16 and fp16 instances on Hopper's warpgroup MMA (wgmma). fp32 keeps chunked_forward (plain
+// FMAs, no TF32).
+//
+// Same algebra, operands and hi + lo splits as chunked_forward (the header of chunked_kernel.cuh
+// has them); what differs is how the products run:
+//   - 2 warpgroups of 4 warps; warpgroup w owns the value columns [w BV/2, (w + 1) BV/2) of the
+//     block's V tile, the K x BV/2 slice of the state in its registers and every product of its
+//     columns: X = K S0 and O = Q S0, Vnew = T X, O += P Vnew, S = decay S + K^T Vnew_d. The
+//     warpgroups share only the chunk's Q, K, V and prepass record (block barriers around their
+//     copies); their B operands (S0, X, Vnew) are private.
+//   - Each product is wgmma.m64nNk16 with N = BV/2: A (K, Q, T, P or K^T) from registers,
+//     loaded by ldmatrix from the padded row-major tiles as before; B from shared memory through
+//     a matrix descriptor. One warpgroup reads each B tile once per 64 rows, where mma.sync had
+//     every warp read its own fragments: chunked_forward moved about 1.15 MB of shared memory
+//     per chunk at K = BV = 128 and ncu found it latency-bound (2 warps per scheduler, tensor
+//     pipe 37% busy).
+//   - B operands live in wgmma's no-swizzle MN-major layout (below), written by the epilogues
+//     with 4-byte stores that are bank-conflict free.
+//   - The record (T hi, T lo, P, scalars) has one buffer: each thread keeps its rows' scalars
+//     in registers, T and P go to registers as A fragments, and the next chunk's T (with its
+//     scalars) and P are copied as soon as both warpgroups hold this chunk's.
+// Each output element is still reduced in one fixed order (k steps of 16 in increasing k, the
+// hi pass before the lo pass) that depends neither on the V tile nor on the batch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace gdn::cuda::detail::chunked {
+
+namespace wg {
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Generic-proxy stores to shared memory (the epilogues) made visible to wgmma's reads (the
+// async proxy); a barrier follows before the wgmma is issued.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// The accumulators are written by the asynchronous wgmma: after wait_all, this keeps the
+// compiler from moving their reads above it (the asm statements look synchronous to it).
+template <int NT>
+__device__ __forceinline__ void fence_operand(float (&d)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[nt][e])::"memory");
+}
+template <int NT>
+__device__ __forceinline__ void zero(float (&d)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[nt][e] = 0.f;
+}
+// Barrier of one warpgroup (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void sync(int group) { asm volatile("bar.sync %0, 128;\n" ::"r"(group + 1) : "memory"); }
+
+// B tiles: rows (the k of the product) x NW columns of a 2-byte type in the no-swizzle MN-major
+// canonical layout of wgmma: 8 x 8 core matrices of 128 contiguous bytes (8 rows of 16 bytes,
+// one row = 8 consecutive columns); the core matrices of a block of 8 rows side by side (stride
+// dimension byte offset 128), blocks of 8 rows one after another (leading dimension byte offset
+// NW x 16 bytes). Element index of (row k, column n):
+template <int NW>
+__device__ __forceinline__ int blocked(int k, int n) {
+  return ((k >> 3) * (NW / 8) + (n >> 3)) * 64 + ((k & 7) << 3) + (n & 7);
+}
+// Descriptor of the 16 rows of k step ks of a B tile (no swizzle, base offset 0).
+template <int NW>
+__device__ __forceinline__ std::uint64_t b_desc(const void* tile, int ks) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(tile)) + unsigned(ks) * 32u * NW;
+  return std::uint64_t((address & 0x3FFFF) >> 4) | (std::uint64_t((NW * 16) >> 4) << 16) |
+         (std::uint64_t(128 >> 4) << 32);
+}
+
+// D[64 x 8 NT] (+)= A[64 x 16] B[16 x 8 NT], fp32 accumulators, A from registers (the mma.sync
+// m16n8k16 A fragment of each warp's 16 rows), B from shared memory (MN-major: imm-trans-b 1).
+// The accumulator of each warp's 16 rows has the mma.sync layout per 8 columns: d[nt][0..1] at
+// (row g, columns 8 nt + 2 t, + 1), d[nt][2..3] at row g + 8.
+__device__ __forceinline__ void mma_rs(float (&d)[1][4], const std::uint32_t (&a)[4], std::uint64_t b, __nv_bfloat16) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void mma_rs(float (&d)[2][4], const std::uint32_t (&a)[4], std::uint64_t b, __nv_bfloat16) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void mma_rs(float (&d)[4][4], const std::uint32_t (&a)[4], std::uint64_t b, __nv_bfloat16) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void mma_rs(float (&d)[8][4], const std::uint32_t (&a)[4], std::uint64_t b, __nv_bfloat16) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void mma_rs(float (&d)[1][4], const std::uint32_t (&a)[4], std::uint64_t b, __half) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void mma_rs(float (&d)[2][4], const std::uint32_t (&a)[4], std::uint64_t b, __half) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void mma_rs(float (&d)[4][4], const std::uint32_t (&a)[4], std::uint64_t b, __half) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void mma_rs(float (&d)[8][4], const std::uint32_t (&a)[4], std::uint64_t b, __half) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+
+}  // namespace wg
+
+// Shared memory of the wgmma forward: one (sequence, value head, V tile) per block.
+template <class E, int KP, int BV>
+struct WgPlan {
+  using Rec = PrepPlan<E, KP>;
+  static_assert(sizeof(E) == 2, "wgmma operands are bf16 or fp16");
+  static constexpr int NW = BV / 2;  // value columns per warpgroup
+  static constexpr int pad = Elem<E>::pad;
+  static constexpr int ldk = KP + pad;  // q, k rows
+  static constexpr int ldv = BV + pad;  // v rows
+  static constexpr int ldc = kC + pad;  // T, P rows
+  static constexpr bool split_pv = Elem<E>::split_pv;
+  static constexpr std::size_t es = sizeof(E);
+
+  static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
+  static constexpr std::size_t v_bytes = align128(std::size_t(kC) * ldv * es);
+  static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
+  // The record buffer: T hi | T lo | P | scalars (beta, r_q, r_k, e_start, e_end, decay), the
+  // record's tiles in the same order (tile index = record tile index).
+  static constexpr std::size_t w_off_t = 0;
+  static constexpr std::size_t w_off_tlo = c_bytes;
+  static constexpr std::size_t w_off_p = 2 * c_bytes;
+  static constexpr std::size_t w_off_scalar = 3 * c_bytes;
+  static constexpr std::size_t w_bytes = w_off_scalar + 6 * kC * 4;
+  static_assert(Rec::rec_tlo == Rec::tile_bytes && Rec::rec_p == 2 * Rec::tile_bytes, "record tiles in order");
+  // Per warpgroup: S0 hi, S0 lo (KP x NW), then X hi, X lo, Vnew_d lo (64 x NW) and, for fp16,
+  // Vnew lo; Vnew and Vnew_d hi take the places of X hi and X lo once T X is done.
+  static constexpr std::size_t s_tile = std::size_t(KP) * NW * es;
+  static constexpr std::size_t r_tile = std::size_t(kC) * NW * es;
+  static constexpr int r_tiles = split_pv ? 4 : 3;
+  static constexpr std::size_t wg_bytes = 2 * s_tile + r_tiles * r_tile;
+  static_assert(s_tile % 128 == 0 && r_tile % 128 == 0, "B tiles keep 128-byte alignment");
+
+  static constexpr std::size_t off_q = 0;
+  static constexpr std::size_t off_k0 = off_q + q_bytes;
+  static constexpr std::size_t off_k1 = off_k0 + q_bytes;
+  static constexpr std::size_t off_v = off_k1 + q_bytes;
+  static constexpr std::size_t off_w = off_v + v_bytes;
+  static constexpr std::size_t off_wg = off_w + w_bytes;
+  static constexpr std::size_t bytes = off_wg + 2 * wg_bytes;
+  static_assert(bytes <= 227 * 1024, "shared-memory plan exceeds the per-block limit");
+  // Two resident blocks where shared memory allows them and the state slice is small enough
+  // for 128 registers a thread (ptxas reports no spill for these).
+  static constexpr int min_blocks = (chunked_blocks_per_sm(bytes) == 2 && KP * BV <= 64 * 16) ? 2 : 1;
+};
+
+template <class E, int KP, int BV>
+__global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunked_forward_wg(const ChunkedParams p) {
+  using L = WgPlan<E, KP, BV>;
+  using R = typename L::Rec;
+  static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
+  static_assert(BV % 16 == 0 && BV <= 128, "BV is 16, 32, 64 or 128");
+  static_assert(kThreads == 256, "two warpgroups");
+  constexpr int NW = L::NW, NT = NW / 8, MH = KP / 64, KS = KP / 16, CS = kC / 16;
+  constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc;
+  extern __shared__ __align__(128) unsigned char smem[];
+  E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
+  E* const Ks0 = reinterpret_cast<E*>(smem + L::off_k0);
+  E* const Ks1 = reinterpret_cast<E*>(smem + L::off_k1);
+  E* const Vs = reinterpret_cast<E*>(smem + L::off_v);
+  unsigned char* const W = smem + L::off_w;
+  const E* const Ts = reinterpret_cast<const E*>(W + L::w_off_t);
+  const E* const Tlo = reinterpret_cast<const E*>(W + L::w_off_tlo);
+  const E* const Ps = reinterpret_cast<const E*>(W + L::w_off_p);
+  const float* const scalars = reinterpret_cast<const float*>(W + L::w_off_scalar);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int group = warp >> 2, wl = warp & 3;  // warpgroup, warp within it
+  const int g = lane >> 2, t = lane & 3;
+  unsigned char* const mine = smem + L::off_wg + group * L::wg_bytes;
+  E* const Shi = reinterpret_cast<E*>(mine);
+  E* const Slo = reinterpret_cast<E*>(mine + L::s_tile);
+  E* const Xhi = reinterpret_cast<E*>(mine + 2 * L::s_tile);
+  E* const Xlo = reinterpret_cast<E*>(mine + 2 * L::s_tile + L::r_tile);
+  E* const Vdlo = reinterpret_cast<E*>(mine + 2 * L::s_tile + 2 * L::r_tile);
+  E* const Vnlo = reinterpret_cast<E*>(mine + 2 * L::s_tile + 3 * L::r_tile);  // fp16 only
+  E* const Vn = Xhi;    // after T X
+  E* const Vdhi = Xlo;  // after T X
+
+  const int vt = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.value_tiles));
+  const int pair = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.value_tiles));
+  const int j = pair % p.HV, n = pair / p.HV;
+  const int h = j / p.group;
+  const int v0 = vt * BV;
+  const int wcol0 = v0 + group * NW;  // the warpgroup's first column of V
+  const std::int64_t bos = seq_boundary(p, n), eos = seq_boundary(p, n + 1);
+  const std::int64_t state_base = (static_cast<std::int64_t>(n) * p.HV + j) * p.K * p.V + wcol0;
+  const std::int64_t first_chunk = bos < eos ? p.ws_offsets[n] : 0;
+  if (bos < eos && first_chunk + (eos - bos + kC - 1) / kC > p.ws_chunks) return;  // cu_seqlens disagree
+
+  // The warpgroup's state slice: rows 64 mh + 16 wl + g (+ 8), columns 8 nt + 2 t (+ 1).
+  float S[MH][NT][4];
+  auto for_each_state = [&](auto&& f) {
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          f(64 * mh + 16 * wl + g + 8 * half, 8 * nt + 2 * t, S[mh][nt][2 * half], S[mh][nt][2 * half + 1]);
+  };
+  for_each_state([&](int r, int c, float& x0, float& x1) {
+    x0 = x1 = 0.f;
+    if (p.has_h0 && r < p.K) {
+      const float2 s = *reinterpret_cast<const float2*>(p.h0 + state_base + static_cast<std::int64_t>(r) * p.V + c);
+      x0 = s.x;
+      x1 = s.y;
+    }
+  });
+  auto write_state_operand = [&]() {
+    for_each_state([&](int r, int c, float& x0, float& x1) {
+      const int at = wg::blocked<NW>(r, c);
+      store2(Shi + at, x0, x1);
+      store2(Slo + at, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
+    });
+    wg::fence_async_shared();
+  };
+  write_state_operand();
+
+  // The chunk copies, each thread's share fixed once (as in chunked_forward).
+  const E* const qg = static_cast<const E*>(p.q);
+  const E* const kg = static_cast<const E*>(p.k);
+  const E* const vg = static_cast<const E*>(p.v);
+  constexpr int per = 16 / sizeof(E);
+  constexpr int pieces_k = KP / per;
+  constexpr int pieces_v = BV / per;
+  static_assert(kThreads % pieces_k == 0 && (kC * pieces_k) % kThreads == 0, "q/k pieces tile the block");
+  static_assert(kThreads % pieces_v == 0, "v pieces tile the block");
+  constexpr int rows_pass_k = kThreads / pieces_k, passes_k = kC / rows_pass_k;
+  constexpr int rows_pass_v = kThreads / pieces_v, passes_v = (kC + rows_pass_v - 1) / rows_pass_v;
+  const int qk_row = tid / pieces_k, qk_col = (tid % pieces_k) * per;
+  const int v_row = tid / pieces_v, v_col = (tid % pieces_v) * per;
+  const std::int64_t qk_row_stride = std::int64_t(p.H) * p.K, v_row_stride = std::int64_t(p.HV) * p.V;
+  const bool qk_col_ok = qk_col < p.K;
+  const E* const q_thread = qg + qk_row * qk_row_stride + h * p.K + qk_col;
+  const E* const k_thread = kg + qk_row * qk_row_stride + h * p.K + qk_col;
+  const E* const v_thread = vg + v_row * v_row_stride + j * p.V + v0 + v_col;
+  auto issue_loads = [&](std::int64_t start, int c, E* Kdst) {
+    const E* const qs = q_thread + start * qk_row_stride;
+    const E* const ks = k_thread + start * qk_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < passes_k; ++pass) {
+      const int row = qk_row + pass * rows_pass_k;
+      const bool ok = row < c && qk_col_ok;
+      const std::int64_t off = ok ? pass * rows_pass_k * qk_row_stride : 0;
+      cp_async16(Qs + row * ldk + qk_col, ok ? qs + off : qg, ok);
+      cp_async16(Kdst + row * ldk + qk_col, ok ? ks + off : kg, ok);
+    }
+    const E* const vs = v_thread + start * v_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < passes_v; ++pass) {
+      const int row = v_row + pass * rows_pass_v;
+      if (rows_pass_v * passes_v == kC || row < kC) {
+        const bool ok = row < c;
+        cp_async16(Vs + row * ldv + v_col, ok ? vs + pass * rows_pass_v * v_row_stride : vg, ok);
+      }
+    }
+  };
+  // Tiles [first, first + count) of the record of global chunk `chunk` (0 T hi, 1 T lo, 2 P),
+  // rows of 64 into rows of ldc; with_scalars adds the scalars. No commit.
+  constexpr int row_pieces = kC * sizeof(E) / 16;
+  constexpr int rows_pass_w = kThreads / row_pieces;
+  static_assert(kThreads % row_pieces == 0 && kC % rows_pass_w == 0, "record pieces tile the block");
+  const int w_row = tid / row_pieces, w_piece = tid % row_pieces;
+  auto issue_record = [&](std::int64_t chunk, int first, int count, bool with_scalars) {
+    const unsigned char* const src = p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
+    for (int tile = first; tile < first + count; ++tile)
+#pragma unroll
+      for (int pass = 0; pass < kC / rows_pass_w; ++pass) {
+        const int row = pass * rows_pass_w + w_row;
+        cp_async16(W + tile * L::c_bytes + row * (ldc * sizeof(E)) + w_piece * 16,
+                   src + tile * R::tile_bytes + row * (kC * sizeof(E)) + w_piece * 16, true);
+      }
+    if (with_scalars && tid < 6 * kC * 4 / 16)
+      cp_async16(W + L::w_off_scalar + tid * 16, src + R::rec_scalar + tid * 16, true);
+  };
+
+  if (bos < eos) {
+    const int c = static_cast<int>(eos - bos < kC ? eos - bos : kC);
+    issue_loads(bos, c, Ks0);
+    issue_record(first_chunk, 0, 3, true);
+    cp_async_commit();
+  }
+
+  int chunk_index = 0;
+  for (std::int64_t start = bos; start < eos; start += kC, ++chunk_index) {
+    const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
+    const bool more = start + kC < eos;
+    const std::int64_t next = first_chunk + chunk_index + 1;
+    E* const Kc = (chunk_index & 1) ? Ks1 : Ks0;
+    E* const Kn = (chunk_index & 1) ? Ks0 : Ks1;
+    const std::int64_t debug_chunk = p.chunk_offsets ? p.chunk_offsets[n] + chunk_index : 0;
+    cp_async_wait_all();
+    __syncthreads();  // the chunk's Q, K, V and record; every warpgroup's S0 operand
+
+    // The thread's rows i = 16 wl + g + 8 half: their scalars, kept in registers so that the
+    // record buffer can take the next chunk's while this one runs.
+    float beta[2], e_start[2], r_q[2], r_k[2], e_end[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * wl + g + 8 * half;
+      beta[half] = scalars[i];
+      r_q[half] = scalars[kC + i];
+      r_k[half] = scalars[2 * kC + i];
+      e_start[half] = scalars[3 * kC + i];
+      e_end[half] = scalars[4 * kC + i];
+    }
+    const float decay = scalars[5 * kC];
+
+    // --- X = K S0, O = Q S0 (S0 as hi + lo) ------------------------------------------------
+    float X[NT][4], O[NT][4];
+    wg::zero(X);
+    wg::zero(O);
+    {
+      std::uint32_t ak[KS][4], aq[KS][4];
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        ldsm_x4(ak[ks], Kc + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
+        ldsm_x4(aq[ks], Qs + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
+      }
+      wg::fence();
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Shi, ks), E{});
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Slo, ks), E{});
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
+      wg::commit();
+      wg::wait_all();
+      wg::fence_operand(X);
+      wg::fence_operand(O);
+    }
+    if (p.debug_S0) {
+      float* dst = p.debug_S0 + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
+      for_each_state([&](int r, int col, float& x0, float& x1) {
+        if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
+      });
+    }
+    // X = diag(beta) (V - diag(e_start r_k) K S0), to the input dtype as hi + lo; O's row scales.
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
+        const float w = e_start[half] * r_k[half];
+        const float x0 = beta[half] * (to_float(Vs[i * ldv + group * NW + col]) - w * X[nt][2 * half]);
+        const float x1 = beta[half] * (to_float(Vs[i * ldv + group * NW + col + 1]) - w * X[nt][2 * half + 1]);
+        const int at = wg::blocked<NW>(i, col);
+        store2(Xhi + at, x0, x1);
+        store2(Xlo + at, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
+        const float wq = e_start[half] * r_q[half];
+        O[nt][2 * half] *= wq;
+        O[nt][2 * half + 1] *= wq;
+      }
+    wg::fence_async_shared();
+    __syncthreads();  // Q and V are free (both warpgroups are past them); X is written
+
+    if (more) {
+      const int cn = static_cast<int>(eos - start - kC < kC ? eos - start - kC : kC);
+      issue_loads(start + kC, cn, Kn);
+      cp_async_commit();
+    }
+
+    // --- Vnew = T hi X hi + T hi X lo + T lo X hi ------------------------------------------------
+    float Vacc[NT][4];
+    wg::zero(Vacc);
+    {
+      std::uint32_t at[CS][4], atl[CS][4];
+#pragma unroll
+      for (int ks = 0; ks < CS; ++ks) {
+        ldsm_x4(at[ks], Ts + (16 * wl + (lane & 15)) * ldc + 16 * ks + ((lane >> 4) << 3));
+        ldsm_x4(atl[ks], Tlo + (16 * wl + (lane & 15)) * ldc + 16 * ks + ((lane >> 4) << 3));
+      }
+      wg::fence();
+#pragma unroll
+      for (int ks = 0; ks < CS; ++ks) wg::mma_rs(Vacc, at[ks], wg::b_desc<NW>(Xhi, ks), E{});
+#pragma unroll
+      for (int ks = 0; ks < CS; ++ks) wg::mma_rs(Vacc, at[ks], wg::b_desc<NW>(Xlo, ks), E{});
+#pragma unroll
+      for (int ks = 0; ks < CS; ++ks) wg::mma_rs(Vacc, atl[ks], wg::b_desc<NW>(Xhi, ks), E{});
+      wg::commit();
+      __syncthreads();  // both warpgroups hold T in registers, the scalars too: the next record's T
+      if (more) {
+        issue_record(next, 0, 2, true);
+        cp_async_commit();
+      }
+      wg::wait_all();
+      wg::fence_operand(Vacc);
+    }
+    wg::sync(group);  // every warp's T X is done: Vnew and Vnew_d hi may take X's places
+    {
+      float* dv = p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + wcol0 : nullptr;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
+          const float x0 = Vacc[nt][2 * half], x1 = Vacc[nt][2 * half + 1];
+          const int at = wg::blocked<NW>(i, col);
+          store2(Vn + at, x0, x1);
+          if constexpr (L::split_pv) store2(Vnlo + at, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
+          const float w = e_end[half] * r_k[half];
+          const float d0 = w * x0, d1 = w * x1;
+          store2(Vdhi + at, d0, d1);
+          store2(Vdlo + at, d0 - to_float(from_float<E>(d0)), d1 - to_float(from_float<E>(d1)));
+          if (dv) *reinterpret_cast<float2*>(dv + static_cast<std::int64_t>(i) * p.V + col) = make_float2(x0, x1);
+        }
+    }
+    wg::fence_async_shared();
+    wg::sync(group);
+
+    // --- O += P Vnew (fp16: + P Vnew lo per k step); S = decay S + K^T Vnew_d (hi, then lo) ---
+    {
+      std::uint32_t ap[CS][4], akt[CS][MH][4];
+      const int i8 = lane >> 3, r8 = lane & 7;
+#pragma unroll
+      for (int ks = 0; ks < CS; ++ks) {
+        ldsm_x4(ap[ks], Ps + (16 * wl + (lane & 15)) * ldc + 16 * ks + ((lane >> 4) << 3));
+#pragma unroll
+        for (int mh = 0; mh < MH; ++mh)
+          ldsm_x4_t(akt[ks][mh], Kc + (16 * ks + r8 + ((i8 >> 1) << 3)) * ldk + 64 * mh + 16 * wl + ((i8 & 1) << 3));
+      }
+#pragma unroll
+      for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) S[mh][nt][e] *= decay;
+      wg::fence();
+#pragma unroll
+      for (int ks = 0; ks < CS; ++ks) {
+        wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vn, ks), E{});
+        if constexpr (L::split_pv) wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vnlo, ks), E{});
+      }
+#pragma unroll
+      for (int mh = 0; mh < MH; ++mh) {
+#pragma unroll
+        for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdhi, ks), E{});
+#pragma unroll
+        for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdlo, ks), E{});
+      }
+      wg::commit();
+      __syncthreads();  // both warpgroups hold P in registers: the next record's P
+      if (more) {
+        issue_record(next, 2, 1, false);
+        cp_async_commit();
+      }
+      wg::wait_all();
+      wg::fence_operand(O);
+#pragma unroll
+      for (int mh = 0; mh < MH; ++mh) wg::fence_operand(S[mh]);
+    }
+    {
+      E* og = static_cast<E*>(p.o);
+      const float scale = p.scale;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
+          if (i < c)
+            store2(og + ((start + i) * p.HV + j) * p.V + wcol0 + col, scale * O[nt][2 * half], scale * O[nt][2 * half + 1]);
+        }
+    }
+    if (p.debug_S_end) {
+      float* dst = p.debug_S_end + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
+      for_each_state([&](int r, int col, float& x0, float& x1) {
+        if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
+      });
+    }
+    // The next chunk's S0 operand: this chunk's S0 products finished before the second barrier.
+    write_state_operand();
+  }
+
+  if (p.has_hT) {
+    for_each_state([&](int r, int col, float& x0, float& x1) {
+      if (r < p.K)
+        *reinterpret_cast<float2*>(p.hT + state_base + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
+    });
+  }
+}
+
+}  // namespace gdn::cuda::detail::chunked
