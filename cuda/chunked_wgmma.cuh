@@ -158,6 +158,27 @@ __device__ __forceinline__ void mma_rs(float (&d)[8][4], const std::uint32_t (&a
 }
 
 
+// (x0, x1) rounded to nearest in the input dtype at hi, and what that rounding left out, rounded
+// again, at lo: the hi + lo split of a computed operand, from one packed conversion per part
+// (the single-element F2F conversions it replaces were 7% of the kernel's stall samples).
+__device__ __forceinline__ void store_split(__nv_bfloat16* hi, __nv_bfloat16* lo, float x0, float x1) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const unsigned bits = *reinterpret_cast<const unsigned*>(&h);
+  const float h0 = __uint_as_float(bits << 16), h1 = __uint_as_float(bits & 0xffff0000u);
+  *reinterpret_cast<__nv_bfloat162*>(hi) = h;
+  *reinterpret_cast<__nv_bfloat162*>(lo) = __floats2bfloat162_rn(x0 - h0, x1 - h1);
+}
+__device__ __forceinline__ void store_split(__half* hi, __half* lo, float x0, float x1) {
+  const __half2 h = __floats2half2_rn(x0, x1);
+  const float2 f = __half22float2(h);
+  *reinterpret_cast<__half2*>(hi) = h;
+  *reinterpret_cast<__half2*>(lo) = __floats2half2_rn(x0 - f.x, x1 - f.y);
+}
+__device__ __forceinline__ float2 load2(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ float2 load2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+
 }  // namespace wg
 
 // Shared memory of the wgmma forward: one (sequence, value head, V tile) per block.
@@ -271,8 +292,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   auto write_state_operand = [&]() {
     for_each_state([&](int r, int c, float& x0, float& x1) {
       const int at = wg::blocked<NW>(r, c);
-      store2(Shi + at, x0, x1);
-      store2(Slo + at, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
+      wg::store_split(Shi + at, Slo + at, x0, x1);
     });
     wg::fence_async_shared();
   };
@@ -336,10 +356,14 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       cp_async16(W + L::w_off_scalar + tid * 16, src + R::rec_scalar + tid * 16, true);
   };
 
+  // Copy groups, oldest first: [Q, K, V, T, scalars of the first chunk] [its P], then per chunk
+  // [next Q, K, V] [next T, scalars] [next P]. A chunk waits for its P only before P Vnew.
   if (bos < eos) {
     const int c = static_cast<int>(eos - bos < kC ? eos - bos : kC);
     issue_loads(bos, c, Ks0);
-    issue_record(first_chunk, 0, 3, true);
+    issue_record(first_chunk, 0, 2, true);
+    cp_async_commit();
+    issue_record(first_chunk, 2, 1, false);
     cp_async_commit();
   }
 
@@ -351,8 +375,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     E* const Kc = (chunk_index & 1) ? Ks1 : Ks0;
     E* const Kn = (chunk_index & 1) ? Ks0 : Ks1;
     const std::int64_t debug_chunk = p.chunk_offsets ? p.chunk_offsets[n] + chunk_index : 0;
-    cp_async_wait_all();
-    __syncthreads();  // the chunk's Q, K, V and record; every warpgroup's S0 operand
+    cp_async_wait_group<1>();  // all but the newest group, the chunk's P
+    __syncthreads();  // the chunk's Q, K, V, T and scalars; every warpgroup's S0 operand
 
     // The thread's rows i = 16 wl + g + 8 half: their scalars, kept in registers so that the
     // record buffer can take the next chunk's while this one runs.
@@ -380,14 +404,18 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         ldsm_x4(aq[ks], Qs + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
       }
       wg::fence();
+      // X and O interleaved (each still sums S0 hi over every k step, then S0 lo) so that both
+      // accumulators are live across one group: ptxas then issues the 4 KS wgmmas back to back.
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Shi, ks), E{});
+      for (int ks = 0; ks < KS; ++ks) {
+        wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Shi, ks), E{});
+        wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
+      }
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Slo, ks), E{});
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
+      for (int ks = 0; ks < KS; ++ks) {
+        wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Slo, ks), E{});
+        wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
+      }
       wg::commit();
       wg::wait_all();
       wg::fence_operand(X);
@@ -406,11 +434,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
         const float w = e_start[half] * r_k[half];
-        const float x0 = beta[half] * (to_float(Vs[i * ldv + group * NW + col]) - w * X[nt][2 * half]);
-        const float x1 = beta[half] * (to_float(Vs[i * ldv + group * NW + col + 1]) - w * X[nt][2 * half + 1]);
-        const int at = wg::blocked<NW>(i, col);
-        store2(Xhi + at, x0, x1);
-        store2(Xlo + at, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
+        const float2 v = wg::load2(Vs + i * ldv + group * NW + col);
+        const float x0 = beta[half] * (v.x - w * X[nt][2 * half]);
+        const float x1 = beta[half] * (v.y - w * X[nt][2 * half + 1]);
+        wg::store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
         const float wq = e_start[half] * r_q[half];
         O[nt][2 * half] *= wq;
         O[nt][2 * half + 1] *= wq;
@@ -460,17 +487,22 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
           const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
           const float x0 = Vacc[nt][2 * half], x1 = Vacc[nt][2 * half + 1];
           const int at = wg::blocked<NW>(i, col);
-          store2(Vn + at, x0, x1);
-          if constexpr (L::split_pv) store2(Vnlo + at, x0 - to_float(from_float<E>(x0)), x1 - to_float(from_float<E>(x1)));
+          if constexpr (L::split_pv)
+            wg::store_split(Vn + at, Vnlo + at, x0, x1);
+          else
+            store2(Vn + at, x0, x1);
           const float w = e_end[half] * r_k[half];
-          const float d0 = w * x0, d1 = w * x1;
-          store2(Vdhi + at, d0, d1);
-          store2(Vdlo + at, d0 - to_float(from_float<E>(d0)), d1 - to_float(from_float<E>(d1)));
+          wg::store_split(Vdhi + at, Vdlo + at, w * x0, w * x1);
           if (dv) *reinterpret_cast<float2*>(dv + static_cast<std::int64_t>(i) * p.V + col) = make_float2(x0, x1);
         }
     }
     wg::fence_async_shared();
-    wg::sync(group);
+    // The chunk's P: newer groups are the next chunk's Q, K, V and T (when there is one).
+    if (more)
+      cp_async_wait_group<2>();
+    else
+      cp_async_wait_group<0>();
+    __syncthreads();  // Vnew, Vnew_d written (this warpgroup); P landed (every thread's share)
 
     // --- O += P Vnew (fp16: + P Vnew lo per k step); S = decay S + K^T Vnew_d (hi, then lo) ---
     {
