@@ -113,6 +113,22 @@ __device__ __forceinline__ void store2(__half* p, float a, float b) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
 }
 
+// (x0, x1) rounded to nearest in the input dtype at hi, and what that rounding left out, rounded
+// again, at lo: the hi + lo split of a computed operand, from one packed conversion per part
+// (the single-element F2F conversions it replaces were 7% of the kernel's stall samples).
+__device__ __forceinline__ void store_split(__nv_bfloat16* hi, __nv_bfloat16* lo, float x0, float x1) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const unsigned bits = *reinterpret_cast<const unsigned*>(&h);
+  const float h0 = __uint_as_float(bits << 16), h1 = __uint_as_float(bits & 0xffff0000u);
+  *reinterpret_cast<__nv_bfloat162*>(hi) = h;
+  *reinterpret_cast<__nv_bfloat162*>(lo) = __floats2bfloat162_rn(x0 - h0, x1 - h1);
+}
+__device__ __forceinline__ void store_split(__half* hi, __half* lo, float x0, float x1) {
+  const __half2 h = __floats2half2_rn(x0, x1);
+  const float2 f = __half22float2(h);
+  *reinterpret_cast<__half2*>(hi) = h;
+  *reinterpret_cast<__half2*>(lo) = __floats2half2_rn(x0 - f.x, x1 - f.y);
+}
 __device__ __forceinline__ float read_scalar(const void* base, int type, std::int64_t i) {
   switch (type) {
     case 1: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
@@ -354,8 +370,12 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 
 constexpr std::size_t align128(std::size_t x) { return (x + 127) / 128 * 128; }
 
-// The prepass: one (chunk, value head) per block.
-template <class E, int KP>
+// The prepass: one (chunk, pair of value heads) per block where the GVA group is even (one head
+// otherwise). The two heads of a pair share q, k, their norms and the raw products K K^T and
+// Q K^T; the gates, A, P, T, the scalars and the record are per head, and the two heads'
+// inverses run side by side (warps 0-3 and 4-7), so fewer warps wait at the barriers of the
+// inverse's serial steps.
+template <class E, int KP, int HEADS = 2>
 struct PrepPlan {
   static constexpr int pad = Elem<E>::pad;
   static constexpr int ldk = KP + pad;   // q, k rows
@@ -364,27 +384,28 @@ struct PrepPlan {
   static constexpr int ldy = 20;         // merge scratch rows (fp32)
   static constexpr bool split = Elem<E>::tensor;  // T stored as hi + lo
   static constexpr std::size_t es = sizeof(E);
+  static constexpr int heads = HEADS;  // value heads per block
 
   static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
   static constexpr std::size_t f_bytes = align128(std::size_t(kC) * ldf * 4);
   static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
-  static constexpr std::size_t y_bytes = align128(3 * 16 * ldy * 4);
+  static constexpr std::size_t y_bytes = align128(16 * ldy * 4);  // one warp's merge scratch
   // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay.
+  // r_q and r_k are the pair's (head 0's arrays serve both).
   static constexpr std::size_t scalar_bytes = align128(kC * 8 + 6 * kC * 4 + 4);
 
-  // T lives where Q and K were: they are dead after phase 1 (A and P), T is first written in
-  // phase 2, after the barrier between them. That takes the bf16 K = 128 block from 85 KB to
-  // 68 KB: 3 resident blocks per SM instead of 2 (ncu on the H200 at 4 x 8192: the prepass was
-  // 0.90 of the 2.06 ms, shared-memory limited at 25% occupancy, 25% of its stalls on barriers).
+  // The T's live where Q and K were: they are dead after phase 1 (A and P), T is first
+  // written in phase 2, after the barrier between them (ncu at 4 x 8192 on the H200: the
+  // prepass was shared-memory limited; this took one head's block from 85 to 68 KB).
   static constexpr std::size_t off_q = 0;
   static constexpr std::size_t off_k = off_q + q_bytes;
-  static constexpr std::size_t off_a = off_k + q_bytes;
-  static constexpr std::size_t off_t = off_q;
-  static_assert(2 * q_bytes >= f_bytes, "T must fit where Q and K were");
-  static constexpr std::size_t off_p = off_a + f_bytes;
-  static constexpr std::size_t off_y = off_p + c_bytes;
-  static constexpr std::size_t off_scalar = off_y + y_bytes;
-  static constexpr std::size_t bytes = off_scalar + scalar_bytes;
+  static constexpr std::size_t off_t = off_q;  // + head * f_bytes
+  static constexpr std::size_t qkt_bytes = 2 * q_bytes > heads * f_bytes ? 2 * q_bytes : heads * f_bytes;
+  static constexpr std::size_t off_a = off_q + qkt_bytes;              // + head * f_bytes
+  static constexpr std::size_t off_p = off_a + heads * f_bytes;         // + head * c_bytes
+  static constexpr std::size_t off_y = off_p + heads * c_bytes;         // + warp * y_bytes
+  static constexpr std::size_t off_scalar = off_y + 8 * y_bytes;        // + head * scalar_bytes
+  static constexpr std::size_t bytes = off_scalar + heads * scalar_bytes;
   static constexpr int min_blocks = chunked_blocks_per_sm(bytes);
   static_assert(bytes <= 227 * 1024, "prepass shared-memory plan exceeds the per-block limit");
 
@@ -455,6 +476,31 @@ struct Plan {
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
+// sum += x^2 for the 16 bytes' elements, in order.
+__device__ __forceinline__ void sum_squares(uint4 v, float& sum, __nv_bfloat16) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float a = __uint_as_float(w[e] << 16), b = __uint_as_float(w[e] & 0xffff0000u);
+    sum = fmaf(a, a, sum);
+    sum = fmaf(b, b, sum);
+  }
+}
+__device__ __forceinline__ void sum_squares(uint4 v, float& sum, __half) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[e]));
+    sum = fmaf(f.x, f.x, sum);
+    sum = fmaf(f.y, f.y, sum);
+  }
+}
+__device__ __forceinline__ void sum_squares(uint4 v, float& sum, float) {
+  const float f[4] = {__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w)};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) sum = fmaf(f[e], f[e], sum);
+}
+
 // Raw gate inputs of one chunk, two tokens per lane (warp 0 only uses them).
 struct GateInputs {
   float g[2] = {0.f, 0.f}, b[2] = {0.f, 0.f};
@@ -513,33 +559,38 @@ __global__ void __launch_bounds__(kOffsetThreads) chunked_offsets(const ChunkedP
 
 // ----- the prepass --------------------------------------------------------------------------
 
-template <class E, int KP>
-__global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked_prepare(const ChunkedParams p) {
-  using L = PrepPlan<E, KP>;
+template <class E, int KP, int HEADS>
+__global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) chunked_prepare(const ChunkedParams p) {
+  using L = PrepPlan<E, KP, HEADS>;
   static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
   constexpr int ldk = L::ldk, ldc = L::ldc, ldf = L::ldf, ldy = L::ldy;
   extern __shared__ __align__(128) unsigned char smem[];
   E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
   E* const Ks = reinterpret_cast<E*>(smem + L::off_k);
-  float* const Af = reinterpret_cast<float*>(smem + L::off_a);
-  float* const Tf = reinterpret_cast<float*>(smem + L::off_t);
-  E* const Ps = reinterpret_cast<E*>(smem + L::off_p);
-  float* const Ysc = reinterpret_cast<float*>(smem + L::off_y);
-  double* const gam = reinterpret_cast<double*>(smem + L::off_scalar);
-  float* const bet = reinterpret_cast<float*>(gam + kC);
-  float* const rq = bet + kC;
-  float* const rk = rq + kC;
-  float* const est = rk + kC;   // e_start
-  float* const een = est + kC;  // e_end
-  int* const seg = reinterpret_cast<int*>(een + kC);
-  float* const chunk_decay = reinterpret_cast<float*>(seg + kC);
+  auto Af = [&](int head) { return reinterpret_cast<float*>(smem + L::off_a + head * L::f_bytes); };
+  auto Tf = [&](int head) { return reinterpret_cast<float*>(smem + L::off_t + head * L::f_bytes); };
+  auto Ps = [&](int head) { return reinterpret_cast<E*>(smem + L::off_p + head * L::c_bytes); };
+  // Per head: gamma (double), beta, r_q, r_k, e_start, e_end (float), segment (int), chunk decay.
+  auto gam = [&](int head) { return reinterpret_cast<double*>(smem + L::off_scalar + head * L::scalar_bytes); };
+  auto bet = [&](int head) { return reinterpret_cast<float*>(gam(head) + kC); };
+  auto est = [&](int head) { return bet(head) + 3 * kC; };
+  auto een = [&](int head) { return bet(head) + 4 * kC; };
+  auto seg = [&](int head) { return reinterpret_cast<int*>(bet(head) + 5 * kC); };
+  auto chunk_decay = [&](int head) { return reinterpret_cast<float*>(seg(head) + kC); };
+  float* const rq = bet(0) + kC;  // the norms: head 0's arrays, for both heads
+  float* const rk = bet(0) + 2 * kC;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp & 3, wn = warp >> 2;
   const int row0 = wm * 16;
-  // Block = global chunk g (sequence order) x value head j; g -> (sequence n, chunk ci of n).
-  const int j = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.HV));
-  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x / static_cast<unsigned>(p.HV));
+  // Block = global chunk g (sequence order) x group of `heads` value heads j0, j0 + 1, ...
+  constexpr int heads = HEADS;  // the launch picks 2 when the group is even
+  const unsigned groups = static_cast<unsigned>(p.HV / heads);
+  const int j0 = static_cast<int>(blockIdx.x % groups) * heads;
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x / groups);
+  // The head and the index within it of this warp's share of the per-head serial phases.
+  const int my_head = heads == 2 ? warp >> 2 : 0;
+  const int hw = heads == 2 ? warp & 3 : warp;
   const std::int64_t* const offs = p.ws_offsets;
   if (g >= offs[p.N] || g >= p.ws_chunks) return;  // cu_seqlens disagreeing with the Problem
   int lo = 0, hi = p.N - 1;  // the last n with offs[n] <= g: empty sequences share their offset
@@ -555,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked
   const std::int64_t eos = seq_boundary(p, n + 1);
   const std::int64_t start = seq_boundary(p, n) + ci * kC;
   const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
-  const int h = j / p.group;
+  const int h = j0 / p.group;  // the pair's heads share it: group is even, j0 too
 
   {
     const E* const qg = static_cast<const E*>(p.q);
@@ -571,16 +622,24 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked
     }
     cp_async_commit();
   }
+  // Warp 0 scans head 0's gates, warp 4 head 1's.
+  const bool scanner = hw == 0 && my_head < heads;
+  const int jg = j0 + my_head;
   GateInputs gates;
-  if (warp == 0) gates = load_gate_inputs(p, j, start, c, lane);
-  const float A_log = p.fused_gates ? p.A_log[j] : 0.f;
-  const float dt_bias = p.fused_gates ? p.dt_bias[j] : 0.f;
+  if (scanner) gates = load_gate_inputs(p, jg, start, c, lane);
+  const float A_log = p.fused_gates && scanner ? p.A_log[jg] : 0.f;
+  const float dt_bias = p.fused_gates && scanner ? p.dt_bias[jg] : 0.f;
   const float decay_rate = p.fused_gates ? expf(A_log) : 0.f;
   cp_async_wait_all();
   __syncthreads();
 
-  // --- phase 0: gates, cumulative decay, norms --------------------------------------------
-  if (warp == 0) {
+  // --- phase 0: gates, cumulative decay (per head), norms (shared) ----------------------------
+  if (scanner) {
+    double* const gm = gam(my_head);
+    float* const bt = bet(my_head);
+    float* const es = est(my_head);
+    float* const ee = een(my_head);
+    int* const sg = seg(my_head);
     float gv[2], bv[2];
     bool reset[2];
 #pragma unroll
@@ -627,74 +686,95 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked
     const double g_last = __shfl_sync(0xffffffffu, gb, 31);
     const int s_last = __shfl_sync(0xffffffffu, sb, 31);
     const float ea = sa < 0 ? expf(float(ga)) : 0.f, eb = sb < 0 ? expf(float(gb)) : 0.f;
-    gam[2 * lane] = ga;
-    gam[2 * lane + 1] = gb;
-    seg[2 * lane] = sa;
-    seg[2 * lane + 1] = sb;
-    bet[2 * lane] = bv[0];
-    bet[2 * lane + 1] = bv[1];
-    est[2 * lane] = ea;
-    est[2 * lane + 1] = eb;
-    een[2 * lane] = sa == s_last ? expf(float(g_last - ga)) : 0.f;
-    een[2 * lane + 1] = sb == s_last ? expf(float(g_last - gb)) : 0.f;
-    if (lane == 31) *chunk_decay = eb;
+    gm[2 * lane] = ga;
+    gm[2 * lane + 1] = gb;
+    sg[2 * lane] = sa;
+    sg[2 * lane + 1] = sb;
+    bt[2 * lane] = bv[0];
+    bt[2 * lane + 1] = bv[1];
+    es[2 * lane] = ea;
+    es[2 * lane + 1] = eb;
+    ee[2 * lane] = sa == s_last ? expf(float(g_last - ga)) : 0.f;
+    ee[2 * lane + 1] = sb == s_last ? expf(float(g_last - gb)) : 0.f;
+    if (lane == 31) *chunk_decay(my_head) = eb;
   }
-#pragma unroll 1
-  for (int rr = 0; rr < kC / 8; ++rr) {
-    const int row = warp * (kC / 8) + rr;
+  // The norms: 4 lanes per row (a warp's 8 rows at once), each summing a quarter of the row in
+  // increasing k from 16-byte loads, then the 4 partial sums in a fixed butterfly. (One row per
+  // warp step with a 32-lane butterfly was 28% of this kernel's stall samples under ncu.)
+  {
+    const int row = warp * (kC / 8) + (lane >> 2), part = lane & 3;
     if (p.l2norm) {
+      constexpr int per = 16 / sizeof(E);  // elements per 16-byte load
       float sq = 0.f, sk = 0.f;
 #pragma unroll
-      for (int m = 0; m < KP / 32; ++m) {
-        const float x = to_float(Qs[row * ldk + lane + 32 * m]);
-        const float y = to_float(Ks[row * ldk + lane + 32 * m]);
-        sq = fmaf(x, x, sq);
-        sk = fmaf(y, y, sk);
+      for (int m = 0; m < KP / 4; m += per) {
+        const int col = part * (KP / 4) + m;
+        sum_squares(*reinterpret_cast<const uint4*>(Qs + row * ldk + col), sq, E{});
+        sum_squares(*reinterpret_cast<const uint4*>(Ks + row * ldk + col), sk, E{});
       }
 #pragma unroll
-      for (int d = 16; d > 0; d >>= 1) {
+      for (int d = 1; d < 4; d <<= 1) {
         sq += __shfl_xor_sync(0xffffffffu, sq, d);
         sk += __shfl_xor_sync(0xffffffffu, sk, d);
       }
-      if (lane == 0) {
+      if (part == 0) {
         rq[row] = 1.f / sqrtf(sq + 1e-6f);
         rk[row] = 1.f / sqrtf(sk + 1e-6f);
       }
-    } else if (lane == 0) {
+    } else if (part == 0) {
       rq[row] = 1.f;
       rk[row] = 1.f;
     }
   }
   __syncthreads();
 
-  // --- phase 1: A = masked K K^T (fp32), P = masked Q K^T (input dtype) --------------------
+  // --- phase 1: A = masked K K^T (fp32), P = masked Q K^T (input dtype), per head from one
+  // product each ------------------------------------------------------------------------------
   {
-    float acc[1][4][4];
-    zero(acc);
-    warp_gemm<1, 4, KP / 16, false, false>(acc, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
-    for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
-      const int s = seg[i] > 0 ? seg[i] : 0;
-      const float base = bet[i] * rk[i];
-      const float a0 = (col < i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
-      const float a1 = (col + 1 < i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
-      *reinterpret_cast<float2*>(Af + i * ldf + col) = make_float2(a0, a1);
-    });
-    zero(acc);
-    warp_gemm<1, 4, KP / 16, false, false>(acc, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
-    for_each_pair(acc, row0, wn * 32, lane, [&](int i, int col, float& x0, float& x1) {
-      const int s = seg[i] > 0 ? seg[i] : 0;
-      const float base = rq[i];
-      const float a0 = (col <= i && col >= s) ? base * expf(float(gam[i] - gam[col])) * rk[col] * x0 : 0.f;
-      const float a1 = (col + 1 <= i && col + 1 >= s) ? base * expf(float(gam[i] - gam[col + 1])) * rk[col + 1] * x1 : 0.f;
-      store2(Ps + i * ldc + col, a0, a1);
-    });
+    float kk[1][4][4], qk[1][4][4];
+    zero(kk);
+    zero(qk);
+    warp_gemm<1, 4, KP / 16, false, false>(kk, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
+    warp_gemm<1, 4, KP / 16, false, false>(qk, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
+    // A and P of each head from the same decays exp(gamma_i - gamma_j) (P's mask holds A's and
+    // the diagonal): one exp per element and head.
+    const int g8 = lane >> 2, t4 = lane & 3;
+    for (int head = 0; head < heads; ++head) {
+      const double* const gm = gam(head);
+      const int* const sg = seg(head);
+      const float* const bt = bet(head);
+      float* const Ah = Af(head);
+      E* const Ph = Ps(head);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = row0 + g8 + 8 * half;
+        const int s = sg[i] > 0 ? sg[i] : 0;
+        const double gi = gm[i];
+        const float base_a = bt[i] * rk[i], base_p = rq[i];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int col = wn * 32 + nt * 8 + 2 * t4;
+          float e[2], a[2], q[2];
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const bool inside = col + u <= i && col + u >= s;
+            e[u] = inside ? expf(float(gi - gm[col + u])) : 0.f;
+            a[u] = (inside && col + u < i) ? base_a * e[u] * rk[col + u] * kk[0][nt][2 * half + u] : 0.f;
+            q[u] = inside ? base_p * e[u] * rk[col + u] * qk[0][nt][2 * half + u] : 0.f;
+          }
+          *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
+          store2(Ph + i * ldc + col, q[0], q[1]);
+        }
+      }
+    }
   }
   __syncthreads();
 
-  // --- phase 2: T = (I + A)^-1, diagonal 16 x 16 blocks --------------------------------------
-  if (warp < 4 && lane < 16) {
-    const int b = warp, col = lane;
-    const float* Ab = Af + (16 * b) * ldf + 16 * b;
+  // --- phase 2: T = (I + A)^-1, diagonal 16 x 16 blocks (warps 0-3: head 0, 4-7: head 1) -------
+  if (hw < 4 && my_head < heads && lane < 16) {
+    const int b = hw, col = lane;
+    const float* Ab = Af(my_head) + (16 * b) * ldf + 16 * b;
+    float* const Th = Tf(my_head);
     float tcol[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
@@ -704,19 +784,21 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked
       tcol[i] = s;
     }
 #pragma unroll
-    for (int i = 0; i < 16; ++i) Tf[(16 * b + i) * ldf + 16 * b + col] = tcol[i];
+    for (int i = 0; i < 16; ++i) Th[(16 * b + i) * ldf + 16 * b + col] = tcol[i];
   }
   __syncthreads();
 
   // --- phase 3: block merges T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, by distance i - j -----------
   auto merge = [&](int bi, int bj) {
+    const float* const Ah = Af(my_head);
+    float* const Th = Tf(my_head);
     const int rr = lane >> 1, c0 = (lane & 1) * 8;
     float y[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) y[e] = 0.f;
     for (int kb = bj; kb < bi; ++kb) {
-      const float* arow = Af + (16 * bi + rr) * ldf + 16 * kb;
-      const float* tb = Tf + (16 * kb) * ldf + 16 * bj + c0;
+      const float* arow = Ah + (16 * bi + rr) * ldf + 16 * kb;
+      const float* tb = Th + (16 * kb) * ldf + 16 * bj + c0;
 #pragma unroll
       for (int kk = 0; kk < 16; ++kk) {
         const float a = arow[kk];
@@ -732,14 +814,14 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked
         y[7] = fmaf(a, t1.w, y[7]);
       }
     }
-    float* yw = Ysc + warp * 16 * ldy;
+    float* yw = reinterpret_cast<float*>(smem + L::off_y + warp * L::y_bytes);
     *reinterpret_cast<float4*>(yw + rr * ldy + c0) = make_float4(y[0], y[1], y[2], y[3]);
     *reinterpret_cast<float4*>(yw + rr * ldy + c0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
     __syncwarp();
     float z[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) z[e] = 0.f;
-    const float* trow = Tf + (16 * bi + rr) * ldf + 16 * bi;
+    const float* trow = Th + (16 * bi + rr) * ldf + 16 * bi;
 #pragma unroll
     for (int kk = 0; kk < 16; ++kk) {
       const float a = trow[kk];
@@ -754,64 +836,71 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP>::min_blocks) chunked
       z[6] = fmaf(a, y1.z, z[6]);
       z[7] = fmaf(a, y1.w, z[7]);
     }
-    float* out = Tf + (16 * bi + rr) * ldf + 16 * bj + c0;
+    float* out = Th + (16 * bi + rr) * ldf + 16 * bj + c0;
     *reinterpret_cast<float4*>(out) = make_float4(-z[0], -z[1], -z[2], -z[3]);
     *reinterpret_cast<float4*>(out + 4) = make_float4(-z[4], -z[5], -z[6], -z[7]);
     __syncwarp();
   };
-  if (warp < 3) merge(warp + 1, warp);
+  const bool merger = my_head < heads;
+  if (merger && hw < 3) merge(hw + 1, hw);
   __syncthreads();
-  if (warp < 2) merge(warp + 2, warp);
+  if (merger && hw < 2) merge(hw + 2, hw);
   __syncthreads();
-  if (warp == 0) merge(3, 0);
+  if (merger && hw == 0) merge(3, 0);
   __syncthreads();
 
-  // --- the record of (g, j), and the debug A, T -------------------------------------------------
-  unsigned char* const rec = p.ws_records + (g * p.HV + j) * static_cast<std::int64_t>(L::record_bytes);
-  if (p.debug_A) {
-    const std::int64_t debug_chunk = p.chunk_offsets[n] + ci;
-    float* da = p.debug_A + (debug_chunk * p.HV + j) * kC * kC;
-    float* dt = p.debug_T + (debug_chunk * p.HV + j) * kC * kC;
-    for (int idx = tid; idx < kC * kC; idx += kThreads) {
-      const int i = idx / kC, col = idx % kC;
-      da[idx] = Af[i * ldf + col];
-      dt[idx] = (col / 16 <= i / 16) ? Tf[i * ldf + col] : 0.f;
+  // --- the records of (g, j0 + head), and the debug A, T -------------------------------------------
+  for (int head = 0; head < heads; ++head) {
+    const int j = j0 + head;
+    const float* const Ah = Af(head);
+    const float* const Th = Tf(head);
+    unsigned char* const rec = p.ws_records + (g * p.HV + j) * static_cast<std::int64_t>(L::record_bytes);
+    if (p.debug_A) {
+      const std::int64_t debug_chunk = p.chunk_offsets[n] + ci;
+      float* da = p.debug_A + (debug_chunk * p.HV + j) * kC * kC;
+      float* dt = p.debug_T + (debug_chunk * p.HV + j) * kC * kC;
+      for (int idx = tid; idx < kC * kC; idx += kThreads) {
+        const int i = idx / kC, col = idx % kC;
+        da[idx] = Ah[i * ldf + col];
+        dt[idx] = (col / 16 <= i / 16) ? Th[i * ldf + col] : 0.f;
+      }
     }
-  }
-  // T to the input dtype (tensor-core operand), as hi + lo: T entries can be large with
-  // cancellation in T X (small K, beta near 2, no decay): one rounding of T or X to bf16 then
-  // costs more than the input dtype's u in Vnew, so both are split and the forward computes
-  // Vnew = T_hi X_hi + T_hi X_lo + T_lo X_hi (about 16 bits for bf16). Upper blocks are zero.
-  {
-    E* const gt = reinterpret_cast<E*>(rec + L::rec_t);
-    E* const gtlo = reinterpret_cast<E*>(rec + L::rec_tlo);
-    for (int idx = tid; idx < kC * (kC / 2); idx += kThreads) {
-      const int i = idx / (kC / 2), col = 2 * (idx % (kC / 2));
-      const bool lower = col / 16 <= i / 16;
-      const float t0 = lower ? Tf[i * ldf + col] : 0.f, t1 = lower ? Tf[i * ldf + col + 1] : 0.f;
-      store2(gt + i * kC + col, t0, t1);
-      if constexpr (L::split)
-        store2(gtlo + i * kC + col, t0 - to_float(from_float<E>(t0)), t1 - to_float(from_float<E>(t1)));
+    // T to the input dtype (tensor-core operand), as hi + lo: T entries can be large with
+    // cancellation in T X (small K, beta near 2, no decay): one rounding of T or X to bf16 then
+    // costs more than the input dtype's u in Vnew, so both are split and the forward computes
+    // Vnew = T_hi X_hi + T_hi X_lo + T_lo X_hi (about 16 bits for bf16). Upper blocks are zero.
+    {
+      E* const gt = reinterpret_cast<E*>(rec + L::rec_t);
+      E* const gtlo = reinterpret_cast<E*>(rec + L::rec_tlo);
+      for (int idx = tid; idx < kC * (kC / 2); idx += kThreads) {
+        const int i = idx / (kC / 2), col = 2 * (idx % (kC / 2));
+        const bool lower = col / 16 <= i / 16;
+        const float t0 = lower ? Th[i * ldf + col] : 0.f, t1 = lower ? Th[i * ldf + col + 1] : 0.f;
+        if constexpr (L::split)
+          store_split(gt + i * kC + col, gtlo + i * kC + col, t0, t1);
+        else
+          store2(gt + i * kC + col, t0, t1);
+      }
     }
-  }
-  {
-    constexpr int pieces = kC * sizeof(E) / 16;  // 16-byte pieces per row of P
-    unsigned char* const gp = rec + L::rec_p;
-    const unsigned char* const sp = reinterpret_cast<const unsigned char*>(Ps);
-    for (int idx = tid; idx < kC * pieces; idx += kThreads) {
-      const int row = idx / pieces, piece = idx % pieces;
-      *reinterpret_cast<uint4*>(gp + row * (kC * sizeof(E)) + piece * 16) =
-          *reinterpret_cast<const uint4*>(sp + row * (ldc * sizeof(E)) + piece * 16);
+    {
+      constexpr int pieces = kC * sizeof(E) / 16;  // 16-byte pieces per row of P
+      unsigned char* const gp = rec + L::rec_p;
+      const unsigned char* const sp = reinterpret_cast<const unsigned char*>(Ps(head));
+      for (int idx = tid; idx < kC * pieces; idx += kThreads) {
+        const int row = idx / pieces, piece = idx % pieces;
+        *reinterpret_cast<uint4*>(gp + row * (kC * sizeof(E)) + piece * 16) =
+            *reinterpret_cast<const uint4*>(sp + row * (ldc * sizeof(E)) + piece * 16);
+      }
     }
-  }
-  if (tid < kC) {
-    float* const gs = reinterpret_cast<float*>(rec + L::rec_scalar);
-    gs[tid] = bet[tid];
-    gs[kC + tid] = rq[tid];
-    gs[2 * kC + tid] = rk[tid];
-    gs[3 * kC + tid] = est[tid];
-    gs[4 * kC + tid] = een[tid];
-    gs[5 * kC + tid] = tid == 0 ? *chunk_decay : 0.f;
+    if (tid < kC) {
+      float* const gs = reinterpret_cast<float*>(rec + L::rec_scalar);
+      gs[tid] = bet(head)[tid];
+      gs[kC + tid] = rq[tid];
+      gs[2 * kC + tid] = rk[tid];
+      gs[3 * kC + tid] = est(head)[tid];
+      gs[4 * kC + tid] = een(head)[tid];
+      gs[5 * kC + tid] = tid == 0 ? *chunk_decay(head) : 0.f;
+    }
   }
 }
 
@@ -1093,7 +1182,8 @@ template <class E, int KP, int BV>
 struct Instance {
   // bf16 / fp16: the wgmma forward; fp32: chunked_forward (FMAs).
   using F = std::conditional_t<Elem<E>::tensor, WgPlan<E, KP, BV>, Plan<E, KP, BV>>;
-  using P = PrepPlan<E, KP>;
+  using P = PrepPlan<E, KP, 2>;   // pairs of value heads (even GVA groups)
+  using P1 = PrepPlan<E, KP, 1>;  // one value head per block
   static constexpr std::size_t shared_bytes = F::bytes;
   static constexpr int blocks_per_sm = F::min_blocks;
   static constexpr auto forward() {
@@ -1115,10 +1205,16 @@ struct Instance {
       code = cudaFuncSetAttribute(forward(), cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared));
     if (code == cudaSuccess)
-      code = cudaFuncSetAttribute(chunked_prepare<E, KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      code = cudaFuncSetAttribute(chunked_prepare<E, KP, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(P::bytes));
     if (code == cudaSuccess)
-      code = cudaFuncSetAttribute(chunked_prepare<E, KP>, cudaFuncAttributePreferredSharedMemoryCarveout,
+      code = cudaFuncSetAttribute(chunked_prepare<E, KP, 2>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(chunked_prepare<E, KP, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(P1::bytes));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(chunked_prepare<E, KP, 1>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared));
     if (code != cudaSuccess) return code;
     configured = true;
@@ -1128,8 +1224,11 @@ struct Instance {
   // Offsets, prepass, forward, in stream order (no host synchronisation: capturable).
   static void enqueue(const ChunkedParams& params, std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream) {
     chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
-    if (prep_blocks > 0)
-      chunked_prepare<E, KP><<<static_cast<unsigned>(prep_blocks), kThreads, P::bytes, stream>>>(params);
+    // One prepass block per (chunk, pair of value heads) when the group is even (chunked_prepare).
+    if (prep_blocks > 0 && params.group % 2 == 0)
+      chunked_prepare<E, KP, 2><<<static_cast<unsigned>(prep_blocks / 2), kThreads, P::bytes, stream>>>(params);
+    else if (prep_blocks > 0)
+      chunked_prepare<E, KP, 1><<<static_cast<unsigned>(prep_blocks), kThreads, P1::bytes, stream>>>(params);
     forward()<<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
   }
 };
@@ -1181,7 +1280,7 @@ struct Entry {
     return blocks;
   }
   static std::size_t prepare_shared_bytes(int key_pad) {
-    return key_pad == 64 ? PrepPlan<E, 64>::bytes : key_pad == 128 ? PrepPlan<E, 128>::bytes : 0;
+    return key_pad == 64 ? PrepPlan<E, 64>::bytes : key_pad == 128 ? PrepPlan<E, 128>::bytes : 0;  // pairs
   }
 };
 

@@ -158,22 +158,6 @@ __device__ __forceinline__ void mma_rs(float (&d)[8][4], const std::uint32_t (&a
 }
 
 
-// (x0, x1) rounded to nearest in the input dtype at hi, and what that rounding left out, rounded
-// again, at lo: the hi + lo split of a computed operand, from one packed conversion per part
-// (the single-element F2F conversions it replaces were 7% of the kernel's stall samples).
-__device__ __forceinline__ void store_split(__nv_bfloat16* hi, __nv_bfloat16* lo, float x0, float x1) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const unsigned bits = *reinterpret_cast<const unsigned*>(&h);
-  const float h0 = __uint_as_float(bits << 16), h1 = __uint_as_float(bits & 0xffff0000u);
-  *reinterpret_cast<__nv_bfloat162*>(hi) = h;
-  *reinterpret_cast<__nv_bfloat162*>(lo) = __floats2bfloat162_rn(x0 - h0, x1 - h1);
-}
-__device__ __forceinline__ void store_split(__half* hi, __half* lo, float x0, float x1) {
-  const __half2 h = __floats2half2_rn(x0, x1);
-  const float2 f = __half22float2(h);
-  *reinterpret_cast<__half2*>(hi) = h;
-  *reinterpret_cast<__half2*>(lo) = __floats2half2_rn(x0 - f.x, x1 - f.y);
-}
 __device__ __forceinline__ float2 load2(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
@@ -292,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   auto write_state_operand = [&]() {
     for_each_state([&](int r, int c, float& x0, float& x1) {
       const int at = wg::blocked<NW>(r, c);
-      wg::store_split(Shi + at, Slo + at, x0, x1);
+      store_split(Shi + at, Slo + at, x0, x1);
     });
     wg::fence_async_shared();
   };
@@ -437,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         const float2 v = wg::load2(Vs + i * ldv + group * NW + col);
         const float x0 = beta[half] * (v.x - w * X[nt][2 * half]);
         const float x1 = beta[half] * (v.y - w * X[nt][2 * half + 1]);
-        wg::store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
+        store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
         const float wq = e_start[half] * r_q[half];
         O[nt][2 * half] *= wq;
         O[nt][2 * half + 1] *= wq;
@@ -488,11 +472,11 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
           const float x0 = Vacc[nt][2 * half], x1 = Vacc[nt][2 * half + 1];
           const int at = wg::blocked<NW>(i, col);
           if constexpr (L::split_pv)
-            wg::store_split(Vn + at, Vnlo + at, x0, x1);
+            store_split(Vn + at, Vnlo + at, x0, x1);
           else
             store2(Vn + at, x0, x1);
           const float w = e_end[half] * r_k[half];
-          wg::store_split(Vdhi + at, Vdlo + at, w * x0, w * x1);
+          store_split(Vdhi + at, Vdlo + at, w * x0, w * x1);
           if (dv) *reinterpret_cast<float2*>(dv + static_cast<std::int64_t>(i) * p.V + col) = make_float2(x0, x1);
         }
     }
