@@ -4,22 +4,26 @@
 //
 //   chunked_offsets   ws_offsets[n] = first global chunk of sequence n (sequence order), from the
 //                     device cu_seqlens, total at [N]. Integer scan: deterministic.
-//   chunked_prepare   one block per (global chunk, value head j). Everything that depends only
-//                     on the chunk's inputs (q, k, gates of head j), not on the state: the gates,
-//                     the gamma scan, the norms, A, P, T. It writes one workspace record per
-//                     (chunk, j): T hi, T lo, P (input dtype), beta, r_q, r_k, e_start, e_end and
-//                     the chunk decay (fp32), and the debug A / T (once per (chunk, j)).
-//   chunked_forward   one block per (sequence, value head j, V tile), walking its sequence's
-//                     chunks of 64 tokens in order with the K x BV slice of the state in registers
-//                     (fp32). Per chunk only what needs the state: the two S0 products, T X,
-//                     P Vnew and the state update, with the chunk's Q, K, V and its prepass record
-//                     brought in by cp.async one chunk ahead (double-buffered).
+//   chunked_prepare   one block per (global chunk, pair of value heads j, j + 1) when the GVA
+//                     group is even, else per (global chunk, value head j). Everything that
+//                     depends only on the chunk's inputs (q, k, gates of head j), not on the
+//                     state: the gates, the gamma scan, the norms, A, P, T. A pair shares q, k,
+//                     the norms and the raw products K K^T, Q K^T, and runs its two inverses side
+//                     by side. It writes one workspace record per (chunk, j): T hi, T lo, P (input
+//                     dtype), beta, r_q, r_k, e_start, e_end and the chunk decay (fp32), and the
+//                     debug A / T (once per (chunk, j)).
+//   chunked_forward_wg  (bf16, fp16: chunked_wgmma.cuh) one block per (sequence, value head j,
+//   chunked_forward     V tile) (fp32: below), walking its sequence's chunks of 64 tokens in
+//                     order with the K x BV slice of the state in registers (fp32). Per chunk
+//                     only what needs the state: the two S0 products, T X, P Vnew and the state
+//                     update, with the chunk's Q, K, V and its prepass record brought in by
+//                     cp.async ahead of use. The bf16/fp16 kernel runs its products on Hopper's
+//                     warpgroup MMA (wgmma), two warpgroups each owning half of the V tile.
 //
 // Why split: the state recurrence is the only serial chain; the V-independent work (the gates,
 // A, P and the 16x16 inverse with its merges, about half the per-chunk time and most of its
 // barriers) sat in that chain and was recomputed by every V tile. The prepass runs it once per
-// (chunk, head), in parallel over the whole batch; the forward's per-chunk chain is 5 barriers.
-// The prepass code is the former in-chain code, operation for operation: same bits.
+// (chunk, head), in parallel over the whole batch.
 //
 //   gamma      segmented inclusive scan of g (restarting at reset tokens, exp(g) == 0, like the
 //              chunked reference), e_start = exp(gamma), e_end = exp(gamma_c - gamma)
@@ -35,7 +39,8 @@
 //   O          scale (diag(e_start r^q) Q S0 + P Vnew)                    (fp16: P Vnew_hi + P Vnew_lo)
 //   S_end      e_start(c) S0 + K^T diag(e_end r) Vnew
 //
-// Matrix products: bf16/fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulation).
+// Matrix products: bf16/fp16 inputs on tensor cores (fp32 accumulation; the prepass's K K^T and
+// Q K^T on mma.sync m16n8k16, the forward's on wgmma m64nNk16).
 // The raw q, k, v are exact operands; every computed operand that feeds the state is split into
 // hi + lo in the input dtype (S0 in K S0 and Q S0, T and X in T X, the decayed Vnew in the state
 // update), so the state path keeps about 16 bits (bf16) instead of 8. The intra-chunk term P Vnew

@@ -50,9 +50,10 @@ std::pair<std::string, std::string> unsupported(const Problem& p) {
 
 // The V tiles the kernel has for the problem's dtype and K (chunked_kernel.cuh, for_instance),
 // widest first. fp32: 32 and 16, its fp32 operands need twice the shared memory. fp16 at K > 64:
-// no 128. fp16 feeds Vnew to the intra-chunk term P Vnew as hi + lo, and that tile does not fit
-// beside the K = 128, BV = 128 plan, which already takes the 227 KB maximum (bf16's headline
-// instance); leaving the split out there instead is not an option, the tile may change no bit.
+// no 128. fp16 feeds Vnew to the intra-chunk term P Vnew as hi + lo, and that tile did not fit
+// beside the mma.sync plan at K = 128, BV = 128 (227 KB). The wgmma plan would fit it (224.5 KB)
+// but that instance is not built or tested yet; leaving the split out instead is not an option,
+// the tile may change no bit.
 std::vector<int> tile_sizes(const Problem& p) {
   if (p.input_dtype == DType::f32) return {32, 16};
   if (p.input_dtype == DType::f16 && p.K > 64) return {64, 32, 16};
@@ -88,10 +89,12 @@ int chunked_blocks_per_sm(const Problem& p, int value_tile) {
 
 int chunked_value_tile(const Problem& p, int multiprocessors) {
   // Per-chunk time of one block in units of 16 K x V columns: a fixed part worth 64 columns
-  // plus BV. The 64 was measured (H200, K = V = 128) when the V-independent work (gates, KK^T,
-  // QK^T, the inverse) still ran in every block; it moved to the prepass, and what stays fixed
-  // is the latency of the chunk's loads and barriers. Not re-measured since the split. A wave
-  // holds one block per SM, two for the instances that fit twice (chunked_blocks_per_sm).
+  // plus BV. The 64 was measured (H200, K = V = 128) on the mma.sync kernel before the prepass
+  // split. It still picks the fastest tile of the wgmma kernel where that was measured (H200,
+  // bf16, forced tiles, ms): 4 x 8192 HV 32: 128 -> 1.61, 64 -> 1.82, 32 -> 2.43;
+  // 1 x 32768 HV 32: 32 -> 2.45, 64 -> 2.94, 16 -> 4.04; H2 HV 8 1 x 32768: 16 -> 1.85,
+  // 32 -> 1.92. A wave holds one block per SM, two for the instances that fit twice
+  // (chunked_blocks_per_sm).
   const std::vector<int> candidates = tile_candidates(p);
   const std::int64_t pairs = std::int64_t(p.N()) * p.HV;
   int best = candidates.empty() ? 16 : candidates.back();

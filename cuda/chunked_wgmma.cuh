@@ -35,6 +35,9 @@ namespace wg {
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// All but the newest N committed groups done.
+template <int N>
+__device__ __forceinline__ void wait_group() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // Generic-proxy stores to shared memory (the epilogues) made visible to wgmma's reads (the
 // async proxy); a barrier follows before the wgmma is issued.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -388,22 +391,20 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         ldsm_x4(aq[ks], Qs + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
       }
       wg::fence();
-      // X and O interleaved (each still sums S0 hi over every k step, then S0 lo) so that both
-      // accumulators are live across one group: ptxas then issues the 4 KS wgmmas back to back.
+      // Two groups: X (on the state's chain) first, then O, which runs on while the X
+      // epilogue does (O is waited for with T X).
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Shi, ks), E{});
-        wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
-      }
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Shi, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Slo, ks), E{});
-        wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
-      }
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Slo, ks), E{});
       wg::commit();
-      wg::wait_all();
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
+      wg::commit();
+      wg::wait_group<1>();
       wg::fence_operand(X);
-      wg::fence_operand(O);
     }
     if (p.debug_S0) {
       float* dst = p.debug_S0 + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
@@ -411,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
       });
     }
-    // X = diag(beta) (V - diag(e_start r_k) K S0), to the input dtype as hi + lo; O's row scales.
+    // X = diag(beta) (V - diag(e_start r_k) K S0), to the input dtype as hi + lo.
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -422,9 +423,6 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         const float x0 = beta[half] * (v.x - w * X[nt][2 * half]);
         const float x1 = beta[half] * (v.y - w * X[nt][2 * half + 1]);
         store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
-        const float wq = e_start[half] * r_q[half];
-        O[nt][2 * half] *= wq;
-        O[nt][2 * half + 1] *= wq;
       }
     wg::fence_async_shared();
     __syncthreads();  // Q and V are free (both warpgroups are past them); X is written
@@ -460,7 +458,17 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       }
       wg::wait_all();
       wg::fence_operand(Vacc);
+      wg::fence_operand(O);
     }
+    // O's row scales (Q S0 is done with T X).
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float wq = e_start[half] * r_q[half];
+        O[nt][2 * half] *= wq;
+        O[nt][2 * half + 1] *= wq;
+      }
     wg::sync(group);  // every warp's T X is done: Vnew and Vnew_d hi may take X's places
     {
       float* dv = p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + wcol0 : nullptr;
@@ -506,11 +514,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
 #pragma unroll
           for (int e = 0; e < 4; ++e) S[mh][nt][e] *= decay;
       wg::fence();
-#pragma unroll
-      for (int ks = 0; ks < CS; ++ks) {
-        wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vn, ks), E{});
-        if constexpr (L::split_pv) wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vnlo, ks), E{});
-      }
+      // Two groups: the state update (the chain) first, then P Vnew, which runs on while the
+      // next chunk's S0 operand is written.
 #pragma unroll
       for (int mh = 0; mh < MH; ++mh) {
 #pragma unroll
@@ -519,27 +524,20 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdlo, ks), E{});
       }
       wg::commit();
+#pragma unroll
+      for (int ks = 0; ks < CS; ++ks) {
+        wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vn, ks), E{});
+        if constexpr (L::split_pv) wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vnlo, ks), E{});
+      }
+      wg::commit();
       __syncthreads();  // both warpgroups hold P in registers: the next record's P
       if (more) {
         issue_record(next, 2, 1, false);
         cp_async_commit();
       }
-      wg::wait_all();
-      wg::fence_operand(O);
+      wg::wait_group<1>();
 #pragma unroll
       for (int mh = 0; mh < MH; ++mh) wg::fence_operand(S[mh]);
-    }
-    {
-      E* og = static_cast<E*>(p.o);
-      const float scale = p.scale;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
-          if (i < c)
-            store2(og + ((start + i) * p.HV + j) * p.V + wcol0 + col, scale * O[nt][2 * half], scale * O[nt][2 * half + 1]);
-        }
     }
     if (p.debug_S_end) {
       float* dst = p.debug_S_end + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
@@ -549,6 +547,37 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     }
     // The next chunk's S0 operand: this chunk's S0 products finished before the second barrier.
     write_state_operand();
+    wg::wait_all();
+    wg::fence_operand(O);
+    // O through shared memory, in the Vnew tile (P Vnew, its last reader, is done in every warp
+    // of the warpgroup after the barrier), so that the global stores are 16-byte pieces, two
+    // threads to a 32-byte sector (4-byte stores of the accumulator pairs stalled on the
+    // store queue: 6.6% of the stall samples under ncu).
+    wg::sync(group);
+    {
+      const float scale = p.scale;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
+          store2(Vn + wg::blocked<NW>(i, col), scale * O[nt][2 * half], scale * O[nt][2 * half + 1]);
+        }
+    }
+    wg::sync(group);
+    {
+      E* const og = static_cast<E*>(p.o);
+      constexpr int pieces = kC * NW / 8;
+      const int u = tid & 127;
+#pragma unroll
+      for (int idx = u; idx < pieces; idx += 128) {
+        const int r = NW >= 16 ? (idx >> 1) % kC : idx % kC;
+        const int cb = NW >= 16 ? 2 * ((idx >> 1) / kC) + (idx & 1) : idx / kC;
+        if (r < c)
+          *reinterpret_cast<uint4*>(og + ((start + r) * p.HV + j) * p.V + wcol0 + 8 * cb) =
+              *reinterpret_cast<const uint4*>(Vn + wg::blocked<NW>(r, 8 * cb));
+      }
+    }
   }
 
   if (p.has_hT) {
