@@ -248,6 +248,15 @@ TEST_CASE("chunked api: the V tile fills 132 SMs on the issue's shapes; counters
   // 32 pairs: four tiles each (128 blocks); 8 pairs: eight tiles of 16 (64 blocks, the narrowest).
   CHECK(chunked_value_tile(shape(1, 32768, 16, 32), 132) == 32);
   CHECK(chunked_value_tile(shape(1, 32768, 2, 8), 132) == 16);
+  // 256 pairs of 4096 tokens: two waves of full-width blocks.
+  CHECK(chunked_value_tile(shape(8, 4096, 16, 32), 132) == 128);
+  // Uneven lengths (the benchmark's varlen pack, 384 pairs): the 8192-token sequence's chain
+  // at 128 columns (128 x 192) is longer than all block-chunks at 64 over 132 SMs (19115).
+  Problem varlen = Problem::packed({1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129}, 16, 32, 128, 128);
+  varlen.input_dtype = DType::bf16;
+  CHECK(chunked_value_tile(varlen, 132) == 64);
+  // The same 19329 tokens in 12 equal sequences keep the full width.
+  CHECK(chunked_value_tile(shape(12, 1611, 16, 32), 132) == 128);
   Problem f32 = shape(1, 1000, 2, 8);
   f32.input_dtype = DType::f32;
   CHECK(chunked_value_tile(f32, 132) <= 32);

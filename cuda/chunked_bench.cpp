@@ -103,8 +103,8 @@ void BM_chunked(benchmark::State& state) {
 void arguments(benchmark::internal::Benchmark* b) {
   b->ArgNames({"shape", "value_tile"});
   // Each shape with the automatic V tile, then (same buffers) a sweep of other tiles on the
-  // Qwen3-Next and low-parallelism shapes: what the automatic choice is worth.
-  const std::map<std::int64_t, std::vector<int>> sweep{{0, {64, 32}}, {1, {16, 64}}, {3, {32}}};
+  // Qwen3-Next, low-parallelism and varlen shapes: what the automatic choice is worth.
+  const std::map<std::int64_t, std::vector<int>> sweep{{0, {64, 32}}, {1, {16, 64}}, {3, {32}}, {4, {128, 64}}};
   for (std::size_t i = 0; i < shapes().size(); ++i) {
     b->Args({std::int64_t(i), 0});
     const auto it = sweep.find(std::int64_t(i));

@@ -88,22 +88,29 @@ int chunked_blocks_per_sm(const Problem& p, int value_tile) {
 }
 
 int chunked_value_tile(const Problem& p, int multiprocessors) {
-  // Per-chunk time of one block in units of 16 K x V columns: a fixed part worth 64 columns
-  // plus BV. The 64 was measured (H200, K = V = 128) on the mma.sync kernel before the prepass
-  // split. It still picks the fastest tile of the wgmma kernel where that was measured (H200,
-  // bf16, forced tiles, ms): 4 x 8192 HV 32: 128 -> 1.61, 64 -> 1.82, 32 -> 2.43;
-  // 1 x 32768 HV 32: 32 -> 2.45, 64 -> 2.94, 16 -> 4.04; H2 HV 8 1 x 32768: 16 -> 1.85,
-  // 32 -> 1.92. A wave holds one block per SM, two for the instances that fit twice
-  // (chunked_blocks_per_sm).
+  // Per-chunk time of one block, in units of 16 K x V columns: a fixed part worth 64 columns
+  // plus BV. Measured on the H200's wgmma kernel (bf16, K = V = 128), us per 64-token chunk:
+  // BV 128: 6.9, 64: 4.4, 32: 3.3, 16: 2.9, against 192 : 128 : 96 : 80 here.
+  // A batch takes at least its longest sequence's chain of chunks, and at least all its
+  // block-chunks spread over the resident blocks (one per SM, two for the instances that fit
+  // twice: chunked_blocks_per_sm). The first bound is why a pack of uneven lengths wants
+  // narrower tiles than equal sequences of the same total (H200, the benchmark's varlen pack:
+  // BV 128's chain of 128 chunks is the whole kernel).
   const std::vector<int> candidates = tile_candidates(p);
-  const std::int64_t pairs = std::int64_t(p.N()) * p.HV;
+  std::int64_t total_chunks = 0, longest = 0;
+  for (int n = 0; n < p.N(); ++n) {
+    const std::int64_t chunks = (p.seq_len(n) + kChunkSize - 1) / kChunkSize;
+    total_chunks += chunks;
+    longest = std::max(longest, chunks);
+  }
   int best = candidates.empty() ? 16 : candidates.back();
   double best_cost = -1;
   for (int bv : candidates) {
-    const std::int64_t blocks = pairs * (p.V / bv);
-    const std::int64_t slots = std::int64_t(std::max(multiprocessors, 1)) * std::max(chunked_blocks_per_sm(p, bv), 1);
-    const std::int64_t waves = (blocks + slots - 1) / slots;
-    const double cost = double(std::max<std::int64_t>(waves, 1)) * (64.0 + bv);
+    const double per_chunk = 64.0 + bv;
+    const double slots = double(std::max(multiprocessors, 1)) * std::max(chunked_blocks_per_sm(p, bv), 1);
+    const double chain = double(longest) * per_chunk;
+    const double spread = double(total_chunks) * p.HV * (p.V / bv) * per_chunk / slots;
+    const double cost = std::max(chain, spread);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best = bv;

@@ -77,9 +77,10 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& tenso
 void chunked_prefill(const Problem& problem, const DeviceTensors& tensors, cudaStream_t stream,
                      const ChunkedOptions& options = {});
 
-// The V tile the default picks for `multiprocessors` SMs: the one that minimises
-// waves x (fixed per-chunk work + BV), from the candidates that divide V; a wave holds two
-// blocks per SM for the instances built for two (chunked_blocks_per_sm).
+// The V tile the default picks for `multiprocessors` SMs, from the candidates that divide V:
+// the one that minimises max(longest sequence's chunks, all block-chunks / resident blocks) x
+// (fixed per-chunk work + BV); resident blocks are two per SM for the instances built for two
+// (chunked_blocks_per_sm).
 int chunked_value_tile(const Problem& problem, int multiprocessors);
 
 // Bytes of the workspace a launch for `problem` needs (ChunkedOptions::workspace): the chunk
