@@ -909,6 +909,71 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
   }
 }
 
+// The forward kernels' per-chunk copies of Q, K and the block's V columns, with each thread's
+// share fixed once: thread tid copies the same 16-byte pieces (same row within its pass, same
+// column) of every chunk, so the index arithmetic is done here and a chunk adds only its start
+// (ncu at the low-parallelism shape put ~38% of the forward's instructions on recomputing it per
+// piece and per chunk). Same pieces, same copies as a flat loop over idx = tid, tid + kThreads,
+// ... would make.
+template <class E, int KP, int BV>
+struct ChunkCopies {
+  static constexpr int per = 16 / sizeof(E);
+  static constexpr int pieces_k = KP / per;  // 16-byte pieces of a q/k row
+  static constexpr int pieces_v = BV / per;
+  static_assert(kThreads % pieces_k == 0 && (kC * pieces_k) % kThreads == 0, "q/k pieces tile the block");
+  static_assert(kThreads % pieces_v == 0, "v pieces tile the block");
+  static constexpr int rows_pass_k = kThreads / pieces_k, passes_k = kC / rows_pass_k;
+  static constexpr int rows_pass_v = kThreads / pieces_v, passes_v = (kC + rows_pass_v - 1) / rows_pass_v;
+
+  const E* qg;
+  const E* kg;
+  const E* vg;
+  int qk_row, qk_col, v_row, v_col;
+  std::int64_t qk_row_stride, v_row_stride;
+  bool qk_col_ok;
+  const E* q_thread;
+  const E* k_thread;
+  const E* v_thread;
+
+  __device__ __forceinline__ ChunkCopies(const ChunkedParams& p, int tid, int h, int j, int v0)
+      : qg(static_cast<const E*>(p.q)),
+        kg(static_cast<const E*>(p.k)),
+        vg(static_cast<const E*>(p.v)),
+        qk_row(tid / pieces_k),
+        qk_col((tid % pieces_k) * per),
+        v_row(tid / pieces_v),
+        v_col((tid % pieces_v) * per),
+        qk_row_stride(std::int64_t(p.H) * p.K),
+        v_row_stride(std::int64_t(p.HV) * p.V),
+        qk_col_ok(qk_col < p.K),
+        q_thread(qg + qk_row * qk_row_stride + h * p.K + qk_col),
+        k_thread(kg + qk_row * qk_row_stride + h * p.K + qk_col),
+        v_thread(vg + v_row * v_row_stride + j * p.V + v0 + v_col) {}
+
+  // Q, K, V of the chunk at `start` (rows >= c and columns >= K zero-filled). No commit.
+  __device__ __forceinline__ void issue(std::int64_t start, int c, E* Qs, E* Kdst, E* Vs, int ldk, int ldv) const {
+    const E* const qs = q_thread + start * qk_row_stride;
+    const E* const ks = k_thread + start * qk_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < passes_k; ++pass) {
+      const int row = qk_row + pass * rows_pass_k;
+      const bool ok = row < c && qk_col_ok;
+      const std::int64_t off = ok ? pass * rows_pass_k * qk_row_stride : 0;
+      cp_async16(Qs + row * ldk + qk_col, ok ? qs + off : qg, ok);
+      cp_async16(Kdst + row * ldk + qk_col, ok ? ks + off : kg, ok);
+    }
+    const E* const vs = v_thread + start * v_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < passes_v; ++pass) {
+      const int row = v_row + pass * rows_pass_v;
+      if (rows_pass_v * passes_v == kC || row < kC) {
+        const bool ok = row < c;
+        cp_async16(Vs + row * ldv + v_col, ok ? vs + pass * rows_pass_v * v_row_stride : vg, ok);
+      }
+    }
+  }
+};
+
 // ----- the forward --------------------------------------------------------------------------
 
 template <class E, int KP, int BV>
@@ -971,50 +1036,8 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
   };
   write_state_operand();
 
-  const E* const qg = static_cast<const E*>(p.q);
-  const E* const kg = static_cast<const E*>(p.k);
-  const E* const vg = static_cast<const E*>(p.v);
-  // The per-chunk copies, with each thread's share fixed once: thread tid copies the same
-  // 16-byte pieces (same row within its pass, same column) of every chunk, so the index
-  // arithmetic is done here and a chunk adds only its start (ncu at the low-parallelism shape put
-  // ~38% of the forward's instructions on recomputing it per piece and per chunk). Same pieces,
-  // same copies as a flat loop over idx = tid, tid + kThreads, ... would make.
-  constexpr int per = 16 / sizeof(E);
-  constexpr int pieces_k = KP / per;  // 16-byte pieces of a q/k row
-  constexpr int pieces_v = BV / per;
-  static_assert(kThreads % pieces_k == 0 && (kC * pieces_k) % kThreads == 0, "q/k pieces tile the block");
-  static_assert(kThreads % pieces_v == 0, "v pieces tile the block");
-  constexpr int rows_pass_k = kThreads / pieces_k, passes_k = kC / rows_pass_k;
-  constexpr int rows_pass_v = kThreads / pieces_v, passes_v = (kC + rows_pass_v - 1) / rows_pass_v;
-  const int qk_row = tid / pieces_k, qk_col = (tid % pieces_k) * per;
-  const int v_row = tid / pieces_v, v_col = (tid % pieces_v) * per;
-  const std::int64_t qk_row_stride = std::int64_t(p.H) * p.K, v_row_stride = std::int64_t(p.HV) * p.V;
-  const bool qk_col_ok = qk_col < p.K;
-  const E* const q_thread = qg + qk_row * qk_row_stride + h * p.K + qk_col;
-  const E* const k_thread = kg + qk_row * qk_row_stride + h * p.K + qk_col;
-  const E* const v_thread = vg + v_row * v_row_stride + j * p.V + v0 + v_col;
-  // Q, K, V of the chunk at `start` (rows >= c and columns >= K zero-filled). No commit.
-  auto issue_loads = [&](std::int64_t start, int c, E* Kdst) {
-    const E* const qs = q_thread + start * qk_row_stride;
-    const E* const ks = k_thread + start * qk_row_stride;
-#pragma unroll
-    for (int pass = 0; pass < passes_k; ++pass) {
-      const int row = qk_row + pass * rows_pass_k;
-      const bool ok = row < c && qk_col_ok;
-      const std::int64_t off = ok ? pass * rows_pass_k * qk_row_stride : 0;
-      cp_async16(Qs + row * ldk + qk_col, ok ? qs + off : qg, ok);
-      cp_async16(Kdst + row * ldk + qk_col, ok ? ks + off : kg, ok);
-    }
-    const E* const vs = v_thread + start * v_row_stride;
-#pragma unroll
-    for (int pass = 0; pass < passes_v; ++pass) {
-      const int row = v_row + pass * rows_pass_v;
-      if (rows_pass_v * passes_v == kC || row < kC) {
-        const bool ok = row < c;
-        cp_async16(Vs + row * ldv + v_col, ok ? vs + pass * rows_pass_v * v_row_stride : vg, ok);
-      }
-    }
-  };
+  const ChunkCopies<E, KP, BV> copies(p, tid, h, j, v0);
+  auto issue_loads = [&](std::int64_t start, int c, E* Kdst) { copies.issue(start, c, Qs, Kdst, Vs, ldk, ldv); };
   // The prepass record of global chunk `chunk` (head j) into buffer `Wdst`: the tiles' rows of
   // 64 into rows of ldc, then the scalars. A record is contiguous: thread tid copies its pieces
   // tid, tid + kThreads, ... of it. No commit.

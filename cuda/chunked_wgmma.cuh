@@ -34,10 +34,10 @@ namespace wg {
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // All but the newest N committed groups done.
 template <int N>
 __device__ __forceinline__ void wait_group() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wait_all() { wait_group<0>(); }
 // Generic-proxy stores to shared memory (the epilogues) made visible to wgmma's reads (the
 // async proxy); a barrier follows before the wgmma is issued.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -285,45 +285,9 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   };
   write_state_operand();
 
-  // The chunk copies, each thread's share fixed once (as in chunked_forward).
-  const E* const qg = static_cast<const E*>(p.q);
-  const E* const kg = static_cast<const E*>(p.k);
-  const E* const vg = static_cast<const E*>(p.v);
-  constexpr int per = 16 / sizeof(E);
-  constexpr int pieces_k = KP / per;
-  constexpr int pieces_v = BV / per;
-  static_assert(kThreads % pieces_k == 0 && (kC * pieces_k) % kThreads == 0, "q/k pieces tile the block");
-  static_assert(kThreads % pieces_v == 0, "v pieces tile the block");
-  constexpr int rows_pass_k = kThreads / pieces_k, passes_k = kC / rows_pass_k;
-  constexpr int rows_pass_v = kThreads / pieces_v, passes_v = (kC + rows_pass_v - 1) / rows_pass_v;
-  const int qk_row = tid / pieces_k, qk_col = (tid % pieces_k) * per;
-  const int v_row = tid / pieces_v, v_col = (tid % pieces_v) * per;
-  const std::int64_t qk_row_stride = std::int64_t(p.H) * p.K, v_row_stride = std::int64_t(p.HV) * p.V;
-  const bool qk_col_ok = qk_col < p.K;
-  const E* const q_thread = qg + qk_row * qk_row_stride + h * p.K + qk_col;
-  const E* const k_thread = kg + qk_row * qk_row_stride + h * p.K + qk_col;
-  const E* const v_thread = vg + v_row * v_row_stride + j * p.V + v0 + v_col;
-  auto issue_loads = [&](std::int64_t start, int c, E* Kdst) {
-    const E* const qs = q_thread + start * qk_row_stride;
-    const E* const ks = k_thread + start * qk_row_stride;
-#pragma unroll
-    for (int pass = 0; pass < passes_k; ++pass) {
-      const int row = qk_row + pass * rows_pass_k;
-      const bool ok = row < c && qk_col_ok;
-      const std::int64_t off = ok ? pass * rows_pass_k * qk_row_stride : 0;
-      cp_async16(Qs + row * ldk + qk_col, ok ? qs + off : qg, ok);
-      cp_async16(Kdst + row * ldk + qk_col, ok ? ks + off : kg, ok);
-    }
-    const E* const vs = v_thread + start * v_row_stride;
-#pragma unroll
-    for (int pass = 0; pass < passes_v; ++pass) {
-      const int row = v_row + pass * rows_pass_v;
-      if (rows_pass_v * passes_v == kC || row < kC) {
-        const bool ok = row < c;
-        cp_async16(Vs + row * ldv + v_col, ok ? vs + pass * rows_pass_v * v_row_stride : vg, ok);
-      }
-    }
-  };
+  // The chunk copies, each thread's share fixed once (ChunkCopies).
+  const ChunkCopies<E, KP, BV> copies(p, tid, h, j, v0);
+  auto issue_loads = [&](std::int64_t start, int c, E* Kdst) { copies.issue(start, c, Qs, Kdst, Vs, ldk, ldv); };
   // Tiles [first, first + count) of the record of global chunk `chunk` (0 T hi, 1 T lo, 2 P),
   // rows of 64 into rows of ldc; with_scalars adds the scalars. No commit.
   constexpr int row_pieces = kC * sizeof(E) / 16;
