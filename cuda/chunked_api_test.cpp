@@ -76,7 +76,7 @@ void require_rejected(const Problem& p, const std::string& argument, const Chunk
   }
   // A problem rule (not an option's) also makes chunked_prefill_supports say no.
   if (options.value_tile == 0 && options.debug == nullptr && options.workspace == nullptr &&
-      options.workspace_bytes == 0) {
+      options.workspace_bytes == 0 && options.split_chunks == 0) {
     std::string why;
     CHECK_FALSE(chunked_prefill_supports(p, &why));
     CHECK(why.find(argument) == 0);
@@ -269,4 +269,78 @@ TEST_CASE("chunked api: the V tile fills 132 SMs on the issue's shapes; counters
   std::vector<std::int64_t> offsets;
   CHECK(chunked_chunk_offsets(Problem::packed({0, 1, 64, 65, 129}, 1, 1, 16, 16), &offsets) == 7);
   CHECK(offsets == std::vector<std::int64_t>{0, 0, 1, 2, 4});
+}
+
+TEST_CASE("chunked api: the sequence split: options, plan, segments, workspace", "[chunked][api]") {
+  // Options: -1 is automatic, other negatives are rejected; fp32 has no split.
+  ChunkedOptions bad;
+  bad.split_chunks = -2;
+  require_rejected(base(), "split_chunks", bad);
+  Problem f32 = base();
+  f32.input_dtype = DType::f32;
+  ChunkedOptions four;
+  four.split_chunks = 4;
+  require_rejected(f32, "split_chunks", four);
+  ChunkedOptions automatic;
+  automatic.split_chunks = kChunkedSplitAuto;
+  {
+    FakeTensors f(f32);
+    CHECK_NOTHROW(validate_chunked_prefill(f32, f.t, automatic));
+  }
+  CHECK(chunked_plan(f32, automatic, 132).split_chunks == 0);
+
+  // Segments: max(1, ceil(chunks / split)) per sequence. base(): 1, 1, 0 and 3 chunks.
+  const Problem p = base();
+  CHECK(chunked_segments(p, 0) == 4);
+  CHECK(chunked_segments(p, 1) == 6);
+  CHECK(chunked_segments(p, 2) == 5);
+  CHECK(chunked_segments(p, 4) == 4);
+  // Workspace: + one more offsets array and a K x (K + V) fp32 map per (segment, head).
+  CHECK(chunked_workspace_bytes(p, 2) == chunked_workspace_bytes(p) + 256 + 5 * 4 * 128 * 256 * 4);
+  CHECK(chunked_workspace_bytes(p, 0) == chunked_workspace_bytes(p));
+  ChunkedOptions two;
+  two.split_chunks = 2;
+  {
+    FakeTensors f(p);
+    std::vector<unsigned char> space(chunked_workspace_bytes(p, 2) + 64);
+    unsigned char* aligned = space.data() + (16 - reinterpret_cast<std::uintptr_t>(space.data()) % 16) % 16;
+    two.workspace = aligned;
+    two.workspace_bytes = chunked_workspace_bytes(p);  // the unsplit size is too small
+    require_rejected(p, "workspace", two);
+    two.workspace_bytes = chunked_workspace_bytes(p, 2);
+    CHECK_NOTHROW(validate_chunked_prefill(p, f.t, two));
+  }
+
+  // The plan: an explicit split is kept; the automatic one cuts only where SMs would idle.
+  auto shape = [](int sequences, std::int64_t length, int H, int HV) {
+    Problem q = Problem::fixed_length(sequences, length, H, HV, 128, 128);
+    q.input_dtype = DType::bf16;
+    return q;
+  };
+  ChunkedOptions eight;
+  eight.split_chunks = 8;
+  const ChunkedPlan kept = chunked_plan(shape(1, 32768, 2, 8), eight, 132);
+  CHECK(kept.split_chunks == 8);
+  CHECK(kept.segments == 64);
+  // H 2, HV 8, 1 x 32768: 8 chains of 512 chunks on 132 SMs. Unsplit, the narrowest tile
+  // (64 blocks) is one chain of 512 x 80; cut into segments of tens of chunks, both passes fill
+  // the SMs and the model's cost is less than half.
+  const ChunkedPlan low = chunked_plan(shape(1, 32768, 2, 8), automatic, 132);
+  const ChunkedPlan low_plain = chunked_plan(shape(1, 32768, 2, 8), ChunkedOptions{}, 132);
+  CHECK(low_plain.split_chunks == 0);
+  CHECK(low_plain.value_tile == 16);
+  CHECK(low.split_chunks >= 8);
+  CHECK(low.split_chunks <= 64);
+  CHECK(low.cost < 0.5 * low_plain.cost);
+  CHECK(low.segments == (512 + low.split_chunks - 1) / low.split_chunks);
+  // 4 x 8192 at HV 32 already fills the SMs with one wave of full tiles: no split, and the
+  // automatic plan is the unsplit one (same tile as chunked_value_tile).
+  for (const Problem& q : {shape(4, 8192, 16, 32), shape(8, 4096, 16, 32), shape(4, 8192, 16, 64)}) {
+    const ChunkedPlan a = chunked_plan(q, automatic, 132);
+    CHECK(a.split_chunks == 0);
+    CHECK(a.value_tile == chunked_value_tile(q, 132));
+    CHECK(a.segments == q.N());
+  }
+  // Short sequences are never cut automatically.
+  CHECK(chunked_plan(shape(1, 64 * 4, 1, 1), automatic, 132).split_chunks == 0);
 }

@@ -8,7 +8,8 @@
 // prepass workspace is allocated once per benchmark and passed in (ChunkedOptions::workspace), as
 // a serving framework would: the default pool's cudaMallocAsync would otherwise hand the memory
 // back at every synchronisation and map it again in the timed call.
-// Args: shape index (see kShapes), value tile (0: automatic).
+// Args: shape index (see kShapes), value tile (0: automatic), sequence split (0: off, -1:
+// automatic, else chunks per segment; ChunkedOptions::split_chunks).
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -58,6 +59,7 @@ void BM_chunked(benchmark::State& state) {
   const Shape& shape = shapes().at(static_cast<std::size_t>(state.range(0)));
   ChunkedOptions options;
   options.value_tile = static_cast<int>(state.range(1));
+  options.split_chunks = static_cast<int>(state.range(2));
   const Problem p = problem_of(shape);
   state.SetLabel(shape.name);
   // One shape's buffers at a time (the largest take gigabytes); rows of one shape are adjacent.
@@ -71,7 +73,11 @@ void BM_chunked(benchmark::State& state) {
   const DeviceTensors t = device->tensors();
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  options.workspace_bytes = chunked_workspace_bytes(p);
+  int device_id = 0, sms = 0;
+  check_cuda(cudaGetDevice(&device_id), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_id), "attribute");
+  const ChunkedPlan plan = chunked_plan(p, options, sms);
+  options.workspace_bytes = chunked_workspace_bytes(p, plan.split_chunks);
   check_cuda(cudaMalloc(&options.workspace, options.workspace_bytes), "cudaMalloc(workspace)");
   chunked_prefill(p, t, stream, options);  // warm-up
   check_cuda(cudaStreamSynchronize(stream), "warm-up");
@@ -85,31 +91,39 @@ void BM_chunked(benchmark::State& state) {
     total += seconds;
   }
   const double per = total / double(std::max<std::int64_t>(state.iterations(), 1));
-  int device_id = 0, sms = 0;
-  check_cuda(cudaGetDevice(&device_id), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_id), "attribute");
   state.counters["T"] = double(p.T);
   state.counters["ms"] = per * 1e3;
   state.counters["tokens_per_s"] = double(p.T) / per;
   state.counters["TFLOPs"] = chunked_flops(p) / per * 1e-12;
   state.counters["GBps"] = chunked_min_bytes(p) / per * 1e-9;
   state.counters["fraction_of_copy"] = chunked_min_bytes(p) / per / bench::copy_bandwidth();
-  state.counters["value_tile"] = options.value_tile != 0 ? options.value_tile : chunked_value_tile(p, sms);
+  state.counters["value_tile"] = plan.value_tile;
+  state.counters["split_chunks"] = plan.split_chunks;
+  state.counters["model_cost"] = plan.cost;
   state.counters["workspace_MB"] = double(options.workspace_bytes) * 1e-6;
   cudaFree(options.workspace);
   cudaStreamDestroy(stream);
 }
 
 void arguments(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"shape", "value_tile"});
-  // Each shape with the automatic V tile, then (same buffers) a sweep of other tiles on the
-  // Qwen3-Next, low-parallelism and varlen shapes: what the automatic choice is worth.
+  b->ArgNames({"shape", "value_tile", "split"});
+  // Each shape with the automatic V tile (no split: the default, batch invariant), then (same
+  // buffers) a sweep of other tiles on the Qwen3-Next, low-parallelism and varlen shapes (what
+  // the automatic choice is worth), then the automatic sequence split and fixed splits on the
+  // shapes with few or uneven chains (what the split's cost model is worth).
   const std::map<std::int64_t, std::vector<int>> sweep{{0, {64, 32}}, {1, {16, 64}}, {3, {32}}, {4, {128, 64}}};
+  const std::map<std::int64_t, std::vector<std::vector<int>>> splits{
+      {1, {{0, -1}, {128, 128}, {128, 64}}},
+      {3, {{0, -1}, {128, 16}, {128, 32}, {128, 64}, {64, 32}}},
+      {4, {{0, -1}, {128, 32}, {64, 32}}}};
   for (std::size_t i = 0; i < shapes().size(); ++i) {
-    b->Args({std::int64_t(i), 0});
+    b->Args({std::int64_t(i), 0, 0});
     const auto it = sweep.find(std::int64_t(i));
     if (it != sweep.end())
-      for (int tile : it->second) b->Args({std::int64_t(i), tile});
+      for (int tile : it->second) b->Args({std::int64_t(i), tile, 0});
+    const auto sp = splits.find(std::int64_t(i));
+    if (sp != splits.end())
+      for (const auto& ts : sp->second) b->Args({std::int64_t(i), ts[0], ts[1]});
   }
 }
 

@@ -120,6 +120,8 @@ std::vector<float> as_floats(const std::vector<unsigned char>& bytes) {
 std::string ChunkedPrefillKernel::name() const {
   std::string n = "cuda.chunked_prefill";
   if (options_.value_tile != 0) n += ".bv" + std::to_string(options_.value_tile);
+  if (options_.split_chunks > 0) n += ".split" + std::to_string(options_.split_chunks);
+  if (options_.split_chunks == kChunkedSplitAuto) n += ".split_auto";
   if (cu_seqlens_type_ == IndexType::i64) n += ".cu64";
   return n;
 }
@@ -133,6 +135,10 @@ bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) co
     if (why)
       *why = "value tile " + std::to_string(options_.value_tile) + " does not fit V = " + std::to_string(problem.V) +
              " or has no instance for this dtype and K";
+    return false;
+  }
+  if (options_.split_chunks > 0 && problem.input_dtype == DType::f32) {
+    if (why) *why = "the sequence split runs on the bf16/fp16 kernel only";
     return false;
   }
   return true;

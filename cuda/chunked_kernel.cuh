@@ -531,7 +531,9 @@ __device__ __forceinline__ GateInputs load_gate_inputs(const ChunkedParams& p, i
 
 constexpr int kOffsetThreads = 1024;
 
-// One block: ws_offsets[n] = sum over m < n of ceil(len(m) / 64), ws_offsets[N] = the total.
+// One block: ws_offsets[n] = sum over m < n of ceil(len(m) / 64), ws_offsets[N] = the total;
+// with the sequence split on, seg_offsets likewise from each sequence's segments (at least one,
+// so that an empty sequence still gets the block that writes its hT = h0).
 // A template (on the input type, unused) so that each input type's translation unit has its own.
 template <class E>
 __global__ void __launch_bounds__(kOffsetThreads) chunked_offsets(const ChunkedParams p) {
@@ -544,22 +546,111 @@ __global__ void __launch_bounds__(kOffsetThreads) chunked_offsets(const ChunkedP
     const std::int64_t len = seq_boundary(p, s + 1) - seq_boundary(p, s);
     return (len + kC - 1) / kC;
   };
-  std::int64_t sum = 0;
-  for (int s = b; s < e; ++s) sum += chunks(s);
-  part[tid] = sum;
-  __syncthreads();
-  for (int d = 1; d < kOffsetThreads; d <<= 1) {
-    const std::int64_t x = tid >= d ? part[tid - d] : 0;
+  auto segments = [&](int s) {
+    const std::int64_t c = chunks(s);
+    return c == 0 ? std::int64_t(1) : (c + p.split_chunks - 1) / p.split_chunks;
+  };
+  // Exclusive scan of count over the sequences into out[0..N], deterministic (integers).
+  auto scan = [&](auto&& count, std::int64_t* out) {
+    std::int64_t sum = 0;
+    for (int s = b; s < e; ++s) sum += count(s);
+    part[tid] = sum;
     __syncthreads();
-    part[tid] += x;
+    for (int d = 1; d < kOffsetThreads; d <<= 1) {
+      const std::int64_t x = tid >= d ? part[tid - d] : 0;
+      __syncthreads();
+      part[tid] += x;
+      __syncthreads();
+    }
+    std::int64_t run = tid == 0 ? 0 : part[tid - 1];
+    for (int s = b; s < e; ++s) {
+      out[s] = run;
+      run += count(s);
+    }
+    if (tid == kOffsetThreads - 1) out[N] = part[kOffsetThreads - 1];
+    __syncthreads();  // part is reused by the next scan
+  };
+  scan(chunks, p.ws_offsets);
+  if (p.split_chunks > 0) scan(segments, p.seg_offsets);
+}
+
+// Where block unit `unit` of the forward works: sequence n, its segment ls of nseg, the tokens
+// [bos, eos) and the global index of its first chunk. Without the split a unit is a sequence.
+struct SegmentPlace {
+  int n = 0;
+  std::int64_t ls = 0, nseg = 1, bos = 0, eos = 0, first_chunk = 0;
+  bool valid = false;  // false: the device cu_seqlens disagree with the host's Problem
+};
+__device__ __forceinline__ SegmentPlace locate_segment(const ChunkedParams& p, std::int64_t unit) {
+  SegmentPlace s;
+  if (p.split_chunks == 0) {
+    s.n = static_cast<int>(unit);
+    s.bos = seq_boundary(p, s.n);
+    s.eos = seq_boundary(p, s.n + 1);
+  } else {
+    const std::int64_t* const offs = p.seg_offsets;
+    if (unit >= offs[p.N] || offs[p.N] > p.segments) return s;
+    int lo = 0, hi = p.N - 1;  // the last n with offs[n] <= unit
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (offs[mid] <= unit)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    s.n = lo;
+    s.ls = unit - offs[lo];
+    s.nseg = offs[lo + 1] - offs[lo];
+    const std::int64_t span = std::int64_t(p.split_chunks) * kC;
+    const std::int64_t seq_bos = seq_boundary(p, lo), seq_eos = seq_boundary(p, lo + 1);
+    s.bos = seq_bos + s.ls * span < seq_eos ? seq_bos + s.ls * span : seq_eos;
+    s.eos = s.bos + span < seq_eos ? s.bos + span : seq_eos;
+  }
+  s.first_chunk = s.bos < s.eos ? p.ws_offsets[s.n] + s.ls * (p.split_chunks > 0 ? p.split_chunks : 0) : 0;
+  s.valid = !(s.bos < s.eos && s.first_chunk + (s.eos - s.bos + kC - 1) / kC > p.ws_chunks);
+  return s;
+}
+
+// The split's fix-up, between the affine pass and the output pass: for each sequence in
+// segment order, S_in(s + 1) = M_s S_in(s) + B_s, written over B_s (S_in(1) = B_0: segment 0's
+// affine pass starts from h0). One block per (sequence, value head, 16 columns of V); fp32
+// FMAs, each element summed in one fixed order (B, then k increasing): deterministic, and a
+// sequence's bits depend on nothing else in the batch.
+constexpr int kCombineThreads = 256, kCombineColumns = 16;
+template <class E>
+__global__ void __launch_bounds__(kCombineThreads) chunked_combine(const ChunkedParams p) {
+  extern __shared__ __align__(16) float combine_smem[];
+  const int K = p.K, W = p.K + p.V, ldm = K + 1;
+  float* const Ms = combine_smem;             // K x K, rows of ldm
+  float* const Ss = combine_smem + K * ldm;   // K x 16
+  const int tiles = p.V / kCombineColumns;
+  const int ct = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles));
+  const int pair = static_cast<int>(blockIdx.x / static_cast<unsigned>(tiles));
+  const int j = pair % p.HV, n = pair / p.HV;
+  const std::int64_t* const offs = p.seg_offsets;
+  if (offs[p.N] > p.segments) return;  // cu_seqlens disagree with the Problem
+  const std::int64_t u0 = offs[n], nseg = offs[n + 1] - offs[n];
+  const int tid = threadIdx.x, c = tid % kCombineColumns;
+  const std::int64_t rec_elems = std::int64_t(K) * W;
+  for (std::int64_t s = 1; s + 1 < nseg; ++s) {
+    float* const rec = p.ws_affine + ((u0 + s) * p.HV + j) * rec_elems;
+    const float* const prev = p.ws_affine + ((u0 + s - 1) * p.HV + j) * rec_elems + K + ct * kCombineColumns;
+    __syncthreads();  // the previous step's reads of Ms, Ss are done
+    for (int idx = tid; idx < K * K; idx += kCombineThreads) Ms[(idx / K) * ldm + idx % K] = rec[(idx / K) * W + idx % K];
+    for (int idx = tid; idx < K * kCombineColumns; idx += kCombineThreads)
+      Ss[idx] = prev[(idx / kCombineColumns) * W + idx % kCombineColumns];
     __syncthreads();
+    float* const b = rec + K + ct * kCombineColumns + c;
+    for (int r = tid / kCombineColumns; r < K; r += kCombineThreads / kCombineColumns) {
+      float acc = b[std::int64_t(r) * W];
+      const float* const m = Ms + r * ldm;
+      for (int k = 0; k < K; ++k) acc = fmaf(m[k], Ss[k * kCombineColumns + c], acc);
+      b[std::int64_t(r) * W] = acc;
+    }
   }
-  std::int64_t run = tid == 0 ? 0 : part[tid - 1];
-  for (int s = b; s < e; ++s) {
-    p.ws_offsets[s] = run;
-    run += chunks(s);
-  }
-  if (tid == kOffsetThreads - 1) p.ws_offsets[N] = part[kOffsetThreads - 1];
+}
+inline std::size_t combine_shared_bytes(int K) {
+  return (std::size_t(K) * (K + 1) + std::size_t(K) * kCombineColumns) * sizeof(float);
 }
 
 // ----- the prepass --------------------------------------------------------------------------
@@ -1244,12 +1335,16 @@ struct Instance {
     if (code == cudaSuccess)
       code = cudaFuncSetAttribute(chunked_prepare<E, KP, 1>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(chunked_combine<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(combine_shared_bytes(128)));
     if (code != cudaSuccess) return code;
     configured = true;
     return cudaSuccess;
   }
 
-  // Offsets, prepass, forward, in stream order (no host synchronisation: capturable).
+  // Offsets, prepass, forward, in stream order (no host synchronisation: capturable). With the
+  // sequence split (bf16/fp16): the affine pass and the combine before the output pass.
   static void enqueue(const ChunkedParams& params, std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream) {
     chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
     // One prepass block per (chunk, pair of value heads) when the group is even (chunked_prepare).
@@ -1257,6 +1352,18 @@ struct Instance {
       chunked_prepare<E, KP, 2><<<static_cast<unsigned>(prep_blocks / 2), kThreads, P::bytes, stream>>>(params);
     else if (prep_blocks > 0)
       chunked_prepare<E, KP, 1><<<static_cast<unsigned>(prep_blocks), kThreads, P1::bytes, stream>>>(params);
+    if constexpr (Elem<E>::tensor) {
+      if (params.split_chunks > 0) {
+        ChunkedParams affine = params;
+        affine.pass = 1;
+        const std::int64_t affine_blocks =
+            params.segments * params.HV * (std::int64_t(params.affine_tiles) + params.value_tiles);
+        forward()<<<static_cast<unsigned>(affine_blocks), kThreads, F::bytes, stream>>>(affine);
+        const std::int64_t combine_blocks = std::int64_t(params.N) * params.HV * (params.V / kCombineColumns);
+        chunked_combine<E><<<static_cast<unsigned>(combine_blocks), kCombineThreads, combine_shared_bytes(params.K),
+                             stream>>>(params);
+      }
+    }
     forward()<<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
   }
 };

@@ -2,6 +2,7 @@
 // (validate_prefill), the chunked kernel's own rules, then the workspace (given or allocated
 // stream-ordered) and the three launches (offsets, prepass, state kernel).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -129,9 +130,98 @@ std::int64_t chunked_chunk_offsets(const Problem& p, std::vector<std::int64_t>* 
   return total;
 }
 
-std::size_t chunked_workspace_bytes(const Problem& p) {
+std::int64_t chunked_segments(const Problem& p, int split_chunks) {
+  if (split_chunks <= 0) return p.N();
+  std::int64_t segments = 0;
+  for (int n = 0; n < p.N(); ++n) {
+    const std::int64_t chunks = (p.seq_len(n) + kChunkSize - 1) / kChunkSize;
+    segments += chunks == 0 ? 1 : (chunks + split_chunks - 1) / split_chunks;
+  }
+  return segments;
+}
+
+std::size_t chunked_workspace_bytes(const Problem& p, int split_chunks) {
   const std::size_t records = static_cast<std::size_t>(chunked_chunk_offsets(p, nullptr)) * static_cast<std::size_t>(p.HV);
-  return detail::chunked_offsets_bytes(p.N()) + records * detail::chunked_record_bytes(element_type(p.input_dtype));
+  std::size_t bytes = detail::chunked_offsets_bytes(p.N()) + records * detail::chunked_record_bytes(element_type(p.input_dtype));
+  if (split_chunks > 0)
+    bytes += detail::chunked_offsets_bytes(p.N()) + static_cast<std::size_t>(chunked_segments(p, split_chunks)) *
+                                                        static_cast<std::size_t>(p.HV) * p.K * (p.K + p.V) * sizeof(float);
+  return bytes;
+}
+
+std::size_t chunked_workspace_bytes(const Problem& p) { return chunked_workspace_bytes(p, 0); }
+
+ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& options, int multiprocessors) {
+  // The cost model of chunked_value_tile, per pass, in units of one block's fixed per-chunk
+  // work (64 + BV per chunk; 1 unit ~ 0.036 us on the H200):
+  //   output pass: max(longest chain (a segment's chunks), all block-chunks / resident blocks);
+  //   affine pass: its blocks (every segment but a sequence's last; V / BV value tiles, plus
+  //     ceil(K / BV) transition tiles but for segment 0) in waves of resident blocks, each a
+  //     chain of split chunks, at 0.8 of a chunk's cost (no O products, no O stores);
+  //   combine: a step of about 2 us (60 units) per segment of the longest sequence.
+  ChunkedPlan best;
+  const std::vector<int> candidates = tile_candidates(p);
+  if (candidates.empty()) return best;
+  std::vector<std::int64_t> chunks(static_cast<std::size_t>(p.N()));
+  std::int64_t total_chunks = 0, longest = 0;
+  for (int n = 0; n < p.N(); ++n) {
+    chunks[static_cast<std::size_t>(n)] = (p.seq_len(n) + kChunkSize - 1) / kChunkSize;
+    total_chunks += chunks[static_cast<std::size_t>(n)];
+    longest = std::max(longest, chunks[static_cast<std::size_t>(n)]);
+  }
+  const double sms = double(std::max(multiprocessors, 1));
+  auto cost_of = [&](int bv, int split) {
+    const double per_chunk = 64.0 + bv;
+    const double slots = sms * std::max(chunked_blocks_per_sm(p, bv), 1);
+    const double tiles = double(p.V / bv);
+    const double chain = double(split > 0 ? std::min<std::int64_t>(longest, split) : longest);
+    double cost = std::max(chain, double(total_chunks) * p.HV * tiles / slots) * per_chunk;
+    if (split > 0) {
+      const double transition = double((p.K + bv - 1) / bv);
+      double blocks = 0, steps = 0;
+      for (std::int64_t c : chunks) {
+        const std::int64_t segments = c == 0 ? 1 : (c + split - 1) / split;
+        if (segments > 1) blocks += p.HV * (tiles * double(segments - 1) + transition * double(segments - 2));
+        steps = std::max(steps, double(segments - 2));
+      }
+      cost += 0.8 * std::ceil(blocks / slots) * split * per_chunk + 60.0 * steps;
+    }
+    return cost;
+  };
+  const bool can_split = p.input_dtype != DType::f32;
+  std::vector<int> splits;
+  if (options.split_chunks > 0)
+    splits = {options.split_chunks};
+  else if (options.split_chunks == kChunkedSplitAuto && can_split)
+    splits = {0, 4, 8, 16, 32, 64, 128};
+  else
+    splits = {0};
+  std::vector<int> tiles;
+  if (options.value_tile != 0)
+    tiles = {options.value_tile};
+  else
+    tiles = candidates;
+  // Unsplit with the automatic tile is chunked_value_tile's choice exactly; a split must win by
+  // 10% (the model's error) to be chosen automatically.
+  double unsplit = -1;
+  for (int split : splits)
+    for (int bv : tiles) {
+      const bool cut = split > 0 && split < longest;
+      if (split > 0 && !cut && options.split_chunks == kChunkedSplitAuto) continue;  // nothing to cut
+      const double cost = cost_of(bv, split);
+      if (split == 0 && (unsplit < 0 || cost < unsplit)) unsplit = cost;
+      const double rank = split > 0 && options.split_chunks == kChunkedSplitAuto ? cost / 0.9 : cost;
+      const double best_rank =
+          best.split_chunks > 0 && options.split_chunks == kChunkedSplitAuto ? best.cost / 0.9 : best.cost;
+      if (best.value_tile == 0 || rank < best_rank) {
+        best.value_tile = bv;
+        best.split_chunks = split;
+        best.cost = cost;
+      }
+    }
+  if (options.value_tile == 0 && best.split_chunks == 0) best.value_tile = chunked_value_tile(p, multiprocessors);
+  best.segments = chunked_segments(p, best.split_chunks);
+  return best;
 }
 
 double chunked_flops(const Problem& p) {
@@ -148,6 +238,16 @@ double chunked_min_bytes(const Problem& p) {
   if (p.has_hT) bytes += state;
   return bytes;
 }
+
+namespace {
+void check_workspace(const Problem& problem, const ChunkedOptions& options, int split_chunks) {
+  const std::size_t need = chunked_workspace_bytes(problem, split_chunks);
+  if (options.workspace_bytes < need)
+    fail("workspace", "must hold chunked_workspace_bytes = " + std::to_string(need) + " bytes for this batch" +
+                          (split_chunks > 0 ? " and split_chunks = " + str(split_chunks) : std::string()) + ", got " +
+                          std::to_string(options.workspace_bytes));
+}
+}  // namespace
 
 void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, const ChunkedOptions& options) {
   problem.validate();
@@ -173,16 +273,26 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
       fail("debug", "total_chunks must be " + str(chunked_chunk_offsets(problem, nullptr)) + " for this batch, got " +
                         str(d.total_chunks));
   }
+  if (options.split_chunks < kChunkedSplitAuto)
+    fail("split_chunks", "must be 0 (off), kChunkedSplitAuto (-1) or a positive number of chunks, got " +
+                             str(options.split_chunks));
+  if (options.split_chunks > 0 && problem.input_dtype == DType::f32)
+    fail("split_chunks", "the sequence split runs on the bf16/fp16 kernel only; fp32 inputs need 0, got " +
+                             str(options.split_chunks));
   const std::int64_t blocks = std::int64_t(problem.N()) * problem.HV * (problem.V / 16);
   if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
+  if (options.split_chunks != 0 && problem.input_dtype != DType::f32) {
+    // The most segments any split can make: one per chunk (and one per empty sequence).
+    const std::int64_t most = chunked_segments(problem, 1);
+    if (most * problem.HV * (problem.K / 16 + problem.V / 16) > 0x7fffffff)
+      fail("cu_seqlens", "segments * HV * tiles is too large for one launch of the sequence split");
+  }
   const std::int64_t chunks = chunked_chunk_offsets(problem, nullptr);
   if (chunks * problem.HV > 0x7fffffff) fail("cu_seqlens", "chunks * HV is too large for one prepass launch");
   if (options.workspace) {
     if (reinterpret_cast<std::uintptr_t>(options.workspace) % 16 != 0) fail("workspace", "must be 16-byte aligned");
-    const std::size_t need = chunked_workspace_bytes(problem);
-    if (options.workspace_bytes < need)
-      fail("workspace", "must hold chunked_workspace_bytes = " + std::to_string(need) + " bytes for this batch, got " +
-                            std::to_string(options.workspace_bytes));
+    // (kChunkedSplitAuto: checked by chunked_prefill once the split is chosen, still before any launch.)
+    if (options.split_chunks != kChunkedSplitAuto) check_workspace(problem, options, options.split_chunks);
   } else if (options.workspace_bytes != 0) {
     fail("workspace", "is null but workspace_bytes is " + std::to_string(options.workspace_bytes));
   }
@@ -190,7 +300,9 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
 
 void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const ChunkedOptions& options) {
   validate_chunked_prefill(p, t, options);
-  const int value_tile = options.value_tile != 0 ? options.value_tile : chunked_value_tile(p, multiprocessor_count());
+  const ChunkedPlan plan = chunked_plan(p, options, multiprocessor_count());
+  if (options.workspace && options.split_chunks == kChunkedSplitAuto) check_workspace(p, options, plan.split_chunks);
+  const int value_tile = plan.value_tile;
   const int key_pad = p.K <= 64 ? 64 : 128;
 
   ChunkedParams r{};
@@ -222,6 +334,10 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   r.negative_eigenvalues = p.allow_negative_eigenvalues;
   r.gate_type = static_cast<int>(element_type(p.gate_dtype));
   r.value_tiles = p.V / value_tile;
+  r.split_chunks = plan.split_chunks;
+  r.pass = 0;
+  r.affine_tiles = (p.K + value_tile - 1) / value_tile;
+  r.segments = plan.segments;
   if (options.debug) {
     r.chunk_offsets = options.debug->chunk_offsets;
     r.debug_A = options.debug->A;
@@ -230,7 +346,7 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
     r.debug_S0 = options.debug->S0;
     r.debug_S_end = options.debug->S_end;
   }
-  const std::int64_t blocks = std::int64_t(p.N()) * p.HV * r.value_tiles;
+  const std::int64_t blocks = plan.segments * p.HV * r.value_tiles;
   if (blocks == 0 || p.N() == 0) return;
   const ElementType input = element_type(p.input_dtype);
   bool instantiated = false;
@@ -241,7 +357,7 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
 
   // Workspace: the caller's, or one stream-ordered allocation freed after the last kernel.
   const std::int64_t chunks = chunked_chunk_offsets(p, nullptr);
-  const std::size_t workspace_bytes = chunked_workspace_bytes(p);
+  const std::size_t workspace_bytes = chunked_workspace_bytes(p, plan.split_chunks);
   void* workspace = options.workspace;
   if (!workspace) {
     const std::string what = "cudaMallocAsync(chunked prefill workspace of " + std::to_string(workspace_bytes) + " bytes)";
@@ -252,6 +368,12 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   r.ws_offsets = static_cast<std::int64_t*>(workspace);
   r.ws_records = static_cast<unsigned char*>(workspace) + detail::chunked_offsets_bytes(p.N());
   r.ws_chunks = chunks;
+  if (plan.split_chunks > 0) {
+    r.seg_offsets = reinterpret_cast<std::int64_t*>(r.ws_records + static_cast<std::size_t>(chunks) * p.HV *
+                                                                      detail::chunked_record_bytes(input));
+    r.ws_affine = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(r.seg_offsets) +
+                                           detail::chunked_offsets_bytes(p.N()));
+  }
   const cudaError_t launched = detail::enqueue_chunked(input, key_pad, value_tile, r, blocks, chunks * p.HV, stream);
   const cudaError_t freed = options.workspace ? cudaSuccess : cudaFreeAsync(workspace, stream);
   check_cuda(launched, "chunked kernel launch");

@@ -37,6 +37,8 @@
 namespace gdn::cuda {
 
 constexpr int kChunkSize = 64;
+// ChunkedOptions::split_chunks: choose the sequence split from the batch shape (chunked_plan).
+constexpr int kChunkedSplitAuto = -1;
 
 // Debug mode: per-chunk intermediates of the kernel, in fp32, for comparison with
 // reference::ChunkTrace. Chunk index = chunk_offsets[n] + (chunk within sequence n), i.e. chunks
@@ -64,7 +66,37 @@ struct ChunkedOptions {
   // (stream-ordered, no host synchronisation, capturable in a CUDA graph).
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  // Sequence split (bf16 / fp16 inputs), for batches whose sequences x heads cannot fill the
+  // GPU (one long sequence, few heads): every sequence is cut into segments of split_chunks
+  // chunks that run in parallel, with the exact state fix-up of spec §4's chunk recurrence (a
+  // segment's end state is affine in its start state, S_end = M S_start + B: one pass computes
+  // [M | B] per segment, a small kernel chains them, a second pass computes o from each
+  // segment's true start state). Costs about (2 K + V) / V times the state work of the unsplit
+  // kernel, so it only pays where most SMs would idle.
+  //   0 (default): off.
+  //   > 0: segments of that many chunks. A sequence's bits then depend on it and split_chunks
+  //        alone (batch invariant and deterministic for a fixed value); they differ from the
+  //        unsplit bits within the budget (the products of M are rounded differently).
+  //   kChunkedSplitAuto: chosen with the V tile from the batch shape (chunked_plan); fastest,
+  //        but whether and where a sequence is cut then depends on the rest of the batch, so
+  //        this mode is not batch invariant.
+  // fp32 inputs: 0 only (the fp32 kernel has no split; kChunkedSplitAuto means 0 there).
+  int split_chunks = 0;
 };
+
+// What a launch runs: the V tile and the resolved sequence split (0 = none), with the number of
+// units (segments, or sequences when not split) and the cost model's estimate in units of one
+// block's fixed per-chunk work (see chunked_value_tile).
+struct ChunkedPlan {
+  int value_tile = 0;
+  int split_chunks = 0;
+  std::int64_t segments = 0;
+  double cost = 0;
+};
+// Resolves options.value_tile (0: automatic) and options.split_chunks (kChunkedSplitAuto: the
+// cheaper of no split and segments of 4 to 128 chunks by the cost model) for `multiprocessors`
+// SMs. Host-side, no CUDA call; the options must be valid (validate_chunked_prefill).
+ChunkedPlan chunked_plan(const Problem& problem, const ChunkedOptions& options, int multiprocessors);
 
 // Whether the chunked kernel supports the (valid) problem; fills *why when not.
 bool chunked_prefill_supports(const Problem& problem, std::string* why = nullptr);
@@ -87,6 +119,11 @@ int chunked_value_tile(const Problem& problem, int multiprocessors);
 // offsets ((N + 1) int64, padded to 256 bytes), then one record per (chunk, value head) of
 // 3 x 64 x 64 elements of the input dtype + 6 x 64 fp32 (2 x 64 x 64 for fp32 inputs).
 std::size_t chunked_workspace_bytes(const Problem& problem);
+// With the sequence split of split_chunks > 0 chunks (a resolved value, see chunked_plan): also
+// the segment offsets and one K x (K + V) fp32 affine map per (segment, value head).
+std::size_t chunked_workspace_bytes(const Problem& problem, int split_chunks);
+// Segments of the batch with that split: the sum over sequences of max(1, ceil(chunks / split)).
+std::int64_t chunked_segments(const Problem& problem, int split_chunks);
 
 // Blocks of the state kernel one SM holds for (problem's input dtype and K, value tile): 1, or
 // 2 where shared memory and registers allow (bf16/fp16, K <= 64, tile 16); 0 when there is no

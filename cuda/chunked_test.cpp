@@ -457,3 +457,98 @@ TEST_CASE("chunked: in-place dense state (h0 == hT) gives the same bits as separ
   std::copy(state.begin(), state.end(), hT.data());
   CHECK(bits_equal(hT, separate.hT));
 }
+
+namespace {
+
+// A random case on the split's dtypes (bf16, fp16): fp32 draws become bf16.
+Case split_case(std::mt19937_64& rng) {
+  Case c = chunked_testbed::random_case(rng);
+  if (c.problem.input_dtype == DType::f32) c.problem.input_dtype = DType::bf16;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("chunked: the sequence split (segments of 1 to 3 chunks, automatic) within the calibrated budget",
+          "[gpu][chunked][conformance][split]") {
+  std::mt19937_64 rng(seed_for("split"));
+  const int cases = std::max(4, testbed::case_count() / 4);
+  int failures = 0;
+  for (int i = 0; i < cases; ++i) {
+    const Case c = split_case(rng);
+    ChunkedOptions options;
+    // Segments of 1 to 3 chunks cut the suite's sequences (up to 5 chunks) into up to 5 segments:
+    // the combine runs (3 or more segments), segment 0's h0, last segments' hT, empty sequences.
+    options.split_chunks = i % 4 == 3 ? kChunkedSplitAuto : 1 + i % 3;
+    if (i % 5 == 4) options.value_tile = 16;  // transition tiles narrower than K
+    ChunkedPrefillKernel kernel(options);
+    const Inputs inputs = c.inputs();
+    std::string error;
+    Run r;
+    try {
+      if (!kernel.supports(c.problem, &error)) continue;
+      r = run_and_judge(kernel, c.problem, inputs);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const bool failed = !error.empty() || !r.judgement.pass;
+    Tally::instance().add(kName, "split_conformance", true, failed, error.empty() ? r.judgement.margin : 0);
+    if (failed && ++failures <= kMaxReported)
+      FAIL_CHECK("case " << i << " split " << options.split_chunks << ": " << c.describe() << "\n"
+                         << (error.empty() ? r.judgement.details : error));
+  }
+  INFO(kName << " split: " << failures << " of " << cases << " cases failed");
+  CHECK(failures == 0);
+}
+
+TEST_CASE("chunked: with a fixed split, launches are bitwise identical and sequences batch invariant",
+          "[gpu][chunked]") {
+  std::mt19937_64 rng(seed_for("split_invariance"));
+  const int cases = std::max(4, testbed::case_count() / 10);
+  int failures = 0;
+  for (int i = 0; i < cases; ++i) {
+    const Case c = split_case(rng);
+    const Inputs inputs = c.inputs();
+    const Problem& p = c.problem;
+    ChunkedOptions options;
+    options.split_chunks = 1 + i % 2;
+    ChunkedPrefillKernel kernel(options);
+    const Outputs<double> packed = kernel.run(p, inputs);
+    std::string diff;
+    for (int r = 0; r < 2 && diff.empty(); ++r)
+      if (!outputs_bits_equal(packed, kernel.run(p, inputs))) diff = "repeated launch changes bits";
+    std::vector<int> reversed(static_cast<std::size_t>(p.N()));
+    for (int n = 0; n < p.N(); ++n) reversed[static_cast<std::size_t>(n)] = p.N() - 1 - n;
+    Problem rp;
+    Inputs ri;
+    testbed::select_sequences(p, inputs, reversed, &rp, &ri);
+    if (diff.empty()) {
+      const Outputs<double> rev = kernel.run(rp, ri);
+      for (int n = 0; n < p.N() && diff.empty(); ++n) {
+        diff = testbed::compare_sequence_bits(p, inputs, packed, n, rp, ri, rev, p.N() - 1 - n);
+        if (!diff.empty()) diff = "reversed pack, sequence " + std::to_string(n) + ": " + diff;
+      }
+    }
+    const int alone = std::uniform_int_distribution<int>(0, p.N() - 1)(rng);
+    Problem ap;
+    Inputs ai;
+    testbed::select_sequences(p, inputs, {alone}, &ap, &ai);
+    if (diff.empty()) {
+      diff = testbed::compare_sequence_bits(p, inputs, packed, alone, ap, ai, kernel.run(ap, ai), 0);
+      if (!diff.empty()) diff = "sequence " + std::to_string(alone) + " alone: " + diff;
+    }
+    // The V tile changes no bit with the split either.
+    for (int tile : {16, 32, 64, 128}) {
+      if (!diff.empty()) break;
+      ChunkedOptions forced_options = options;
+      forced_options.value_tile = tile;
+      ChunkedPrefillKernel forced(forced_options);
+      if (!forced.supports(p, nullptr)) continue;
+      if (!outputs_bits_equal(packed, forced.run(p, inputs))) diff = "value tile " + std::to_string(tile) + " changes bits";
+    }
+    Tally::instance().add(kName, "split_invariance", true, !diff.empty());
+    if (!diff.empty() && ++failures <= kMaxReported)
+      FAIL_CHECK("split " << options.split_chunks << ": " << diff << "\n  " << c.describe());
+  }
+  CHECK(failures == 0);
+}

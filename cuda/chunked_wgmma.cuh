@@ -246,16 +246,52 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   E* const Vn = Xhi;    // after T X
   E* const Vdhi = Xlo;  // after T X
 
-  const int vt = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.value_tiles));
-  const int pair = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.value_tiles));
-  const int j = pair % p.HV, n = pair / p.HV;
+  // Block = (unit, value head j, tile): a unit is a sequence, or a segment of one with the
+  // sequence split (ChunkedParams). Pass 1 puts ceil(K / BV) transition tiles (the columns of
+  // M) before the value tiles and writes no output.
+  const bool affine = p.pass == 1;
+  const int tiles = p.value_tiles + (affine ? p.affine_tiles : 0);
+  const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles));
+  const std::int64_t pair = blockIdx.x / static_cast<unsigned>(tiles);
+  const int j = static_cast<int>(pair % p.HV);
+  const SegmentPlace place = locate_segment(p, pair / p.HV);
+  if (!place.valid) return;  // cu_seqlens disagree with the Problem
+  const bool transition = affine && tile < p.affine_tiles;
+  // Pass 1 has nothing to do for a sequence's last segment (its end state is hT, from pass 0),
+  // nor for M of segment 0 (it starts from h0: its B is the next segment's start as it is).
+  if (affine && (place.ls + 1 == place.nseg || (transition && place.ls == 0))) return;
+  const int n = place.n;
   const int h = j / p.group;
-  const int v0 = vt * BV;
-  const int wcol0 = v0 + group * NW;  // the warpgroup's first column of V
-  const std::int64_t bos = seq_boundary(p, n), eos = seq_boundary(p, n + 1);
-  const std::int64_t state_base = (static_cast<std::int64_t>(n) * p.HV + j) * p.K * p.V + wcol0;
-  const std::int64_t first_chunk = bos < eos ? p.ws_offsets[n] : 0;
-  if (bos < eos && first_chunk + (eos - bos + kC - 1) / kC > p.ws_chunks) return;  // cu_seqlens disagree
+  const int v0 = (affine && !transition ? tile - p.affine_tiles : tile) * BV;  // transition: column of M
+  const int wcol0 = v0 + group * NW;  // the warpgroup's first column of V (or of M)
+  const std::int64_t bos = place.bos, eos = place.eos;
+  const std::int64_t first_chunk = place.first_chunk;
+  const bool outputs = !affine;
+  const bool last_segment = place.ls + 1 == place.nseg;
+  // Where the state starts and ends (rows of `stride` floats, from the warpgroup's first column).
+  const std::int64_t affine_stride = std::int64_t(p.K) + p.V;
+  auto affine_at = [&](std::int64_t unit, int column) {
+    return p.ws_affine + (unit * p.HV + j) * p.K * affine_stride + column;
+  };
+  const std::int64_t dense = (static_cast<std::int64_t>(n) * p.HV + j) * p.K * p.V + wcol0;
+  const std::int64_t unit = pair / p.HV;
+  const float* init = nullptr;
+  std::int64_t init_stride = p.V;
+  if (!transition && place.ls == 0 && p.has_h0) {
+    init = p.h0 + dense;
+  } else if (!affine && place.ls > 0) {
+    init = affine_at(unit - 1, p.K + wcol0);
+    init_stride = affine_stride;
+  }
+  float* out = nullptr;
+  std::int64_t out_stride = p.V;
+  if (affine) {
+    out = affine_at(unit, transition ? wcol0 : p.K + wcol0);
+    out_stride = affine_stride;
+  } else if (last_segment && p.has_hT) {
+    out = p.hT + dense;
+  }
+  const int out_columns = transition ? p.K - wcol0 : NW;  // M has K columns
 
   // The warpgroup's state slice: rows 64 mh + 16 wl + g (+ 8), columns 8 nt + 2 t (+ 1).
   float S[MH][NT][4];
@@ -270,8 +306,11 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   };
   for_each_state([&](int r, int c, float& x0, float& x1) {
     x0 = x1 = 0.f;
-    if (p.has_h0 && r < p.K) {
-      const float2 s = *reinterpret_cast<const float2*>(p.h0 + state_base + static_cast<std::int64_t>(r) * p.V + c);
+    if (transition) {  // M starts as the identity
+      x0 = (r == wcol0 + c && r < p.K) ? 1.f : 0.f;
+      x1 = (r == wcol0 + c + 1 && r < p.K) ? 1.f : 0.f;
+    } else if (init && r < p.K) {
+      const float2 s = *reinterpret_cast<const float2*>(init + static_cast<std::int64_t>(r) * init_stride + c);
       x0 = s.x;
       x1 = s.y;
     }
@@ -286,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   write_state_operand();
 
   // The chunk copies, each thread's share fixed once (ChunkCopies).
-  const ChunkCopies<E, KP, BV> copies(p, tid, h, j, v0);
+  const ChunkCopies<E, KP, BV> copies(p, tid, h, j, transition ? 0 : v0);  // transition: v is not read
   auto issue_loads = [&](std::int64_t start, int c, E* Kdst) { copies.issue(start, c, Qs, Kdst, Vs, ldk, ldv); };
   // Tiles [first, first + count) of the record of global chunk `chunk` (0 T hi, 1 T lo, 2 P),
   // rows of 64 into rows of ldc; with_scalars adds the scalars. No commit.
@@ -325,7 +364,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     const std::int64_t next = first_chunk + chunk_index + 1;
     E* const Kc = (chunk_index & 1) ? Ks1 : Ks0;
     E* const Kn = (chunk_index & 1) ? Ks0 : Ks1;
-    const std::int64_t debug_chunk = p.chunk_offsets ? p.chunk_offsets[n] + chunk_index : 0;
+    const bool debug = outputs && p.chunk_offsets;
+    const std::int64_t debug_chunk = debug ? p.chunk_offsets[n] + place.ls * p.split_chunks + chunk_index : 0;
     cp_async_wait_group<1>();  // all but the newest group, the chunk's P
     __syncthreads();  // the chunk's Q, K, V, T and scalars; every warpgroup's S0 operand
 
@@ -362,15 +402,17 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Slo, ks), E{});
       wg::commit();
+      if (outputs) {
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
+        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
-      wg::commit();
+        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
+      }
+      wg::commit();  // (empty in pass 1: the group count stays the same)
       wg::wait_group<1>();
       wg::fence_operand(X);
     }
-    if (p.debug_S0) {
+    if (debug && p.debug_S0) {
       float* dst = p.debug_S0 + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
       for_each_state([&](int r, int col, float& x0, float& x1) {
         if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
@@ -383,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
         const float w = e_start[half] * r_k[half];
-        const float2 v = wg::load2(Vs + i * ldv + group * NW + col);
+        const float2 v = transition ? make_float2(0.f, 0.f) : wg::load2(Vs + i * ldv + group * NW + col);
         const float x0 = beta[half] * (v.x - w * X[nt][2 * half]);
         const float x1 = beta[half] * (v.y - w * X[nt][2 * half + 1]);
         store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
@@ -435,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       }
     wg::sync(group);  // every warp's T X is done: Vnew and Vnew_d hi may take X's places
     {
-      float* dv = p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + wcol0 : nullptr;
+      float* dv = debug && p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + wcol0 : nullptr;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -488,10 +530,12 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdlo, ks), E{});
       }
       wg::commit();
+      if (outputs) {
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) {
-        wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vn, ks), E{});
-        if constexpr (L::split_pv) wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vnlo, ks), E{});
+        for (int ks = 0; ks < CS; ++ks) {
+          wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vn, ks), E{});
+          if constexpr (L::split_pv) wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vnlo, ks), E{});
+        }
       }
       wg::commit();
       __syncthreads();  // both warpgroups hold P in registers: the next record's P
@@ -503,7 +547,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
 #pragma unroll
       for (int mh = 0; mh < MH; ++mh) wg::fence_operand(S[mh]);
     }
-    if (p.debug_S_end) {
+    if (debug && p.debug_S_end) {
       float* dst = p.debug_S_end + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
       for_each_state([&](int r, int col, float& x0, float& x1) {
         if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
@@ -516,7 +560,9 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     // O through shared memory, in the Vnew tile (P Vnew, its last reader, is done in every warp
     // of the warpgroup after the barrier), so that the global stores are 16-byte pieces, two
     // threads to a 32-byte sector (4-byte stores of the accumulator pairs stalled on the
-    // store queue: 6.6% of the stall samples under ncu).
+    // store queue: 6.6% of the stall samples under ncu). Pass 1 has no O: the barrier at the
+    // top of the next chunk orders its S update's reads before the next X epilogue's writes.
+    if (!outputs) continue;
     wg::sync(group);
     {
       const float scale = p.scale;
@@ -544,10 +590,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     }
   }
 
-  if (p.has_hT) {
+  if (out) {
     for_each_state([&](int r, int col, float& x0, float& x1) {
-      if (r < p.K)
-        *reinterpret_cast<float2*>(p.hT + state_base + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
+      if (r < p.K && col < out_columns)
+        *reinterpret_cast<float2*>(out + static_cast<std::int64_t>(r) * out_stride + col) = make_float2(x0, x1);
     });
   }
 }

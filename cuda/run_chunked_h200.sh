@@ -53,7 +53,7 @@ if [[ $PHASES == *S* ]]; then
   for tool in memcheck racecheck initcheck; do
     log "S: $tool"
     GDN_CASES=2 timeout ${GDN_SAN_TIMEOUT:-35} "$CS" --tool $tool --error-exitcode 9 $B/cuda_chunked_gpu_tests \
-      -r compact "[trace]" > /tmp/san_$tool.log 2>&1
+      -r compact "[trace],[split]" > /tmp/san_$tool.log 2>&1
     echo "$tool exit $?" >> /tmp/san_$tool.log
     { echo "---- $tool"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit|passed|failed|Invalid|hazard" /tmp/san_$tool.log | head -20;
       tail -30 /tmp/san_$tool.log; } >> "$OUT/sanitize.log"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Combines one H200 call's chunked-prefill results into prefill_peers.json: our Google Benchmark
-rows (prefill.json, automatic V tile), fla's timed run (fla_chunk.json) and the accuracy judge
+rows (prefill.json: the default, automatic V tile without the sequence split, and where the
+benchmark ran it the automatic split, a named mode that is not batch invariant), fla's timed run (fla_chunk.json) and the accuracy judge
 (accuracy.json), matched by shape name. Ratios only between files of the same call (the commits
 must agree). Written atomically.
 
@@ -21,21 +22,32 @@ def main(argv):
     commit = prefill["context"].get("COMMIT") or prefill["context"].get("commit")
     if fla.get("commit") != commit:
         sys.exit(f"prefill.json is commit {commit}, fla_chunk.json {fla.get('commit')}: not the same call")
-    ours = {}
+    ours, split = {}, {}
     for b in prefill["benchmarks"]:
-        if "/value_tile:0/" in b["name"]:  # the automatic V tile: what a caller gets
-            ours[b.get("label", b["name"])] = b
+        name = b["name"]
+        # The automatic V tile, no split: what a caller gets by default. (Older files have no
+        # split argument.)
+        if "/value_tile:0/split:0/" in name or ("/value_tile:0/" in name and "/split:" not in name):
+            ours[b.get("label", name)] = b
+        if "/value_tile:0/split:-1/" in name:  # kChunkedSplitAuto
+            split[b.get("label", name)] = b
     rows = []
     for r in fla["results"]:
         b = ours.get(r["name"])
         if b is None:
             continue
+        s = split.get(r["name"])
+        extra = {}
+        if s is not None:
+            extra = {"ours_split_auto_ms": s["ms"], "speed_vs_fla_split_auto": r["ms"] / s["ms"],
+                     "split_auto_chunks": s.get("split_chunks"), "split_auto_value_tile": s.get("value_tile")}
         rows.append({
             "shape": r["name"], "T": r["T"], "H": r["H"], "HV": r["HV"], "sequences": r["sequences"],
             "ours_ms": b["ms"], "fla_ms": r["ms"], "speed_vs_fla": r["ms"] / b["ms"],
             "ours_TFLOPs": b["TFLOPs"], "fla_TFLOPs": r["TFLOPs"],
             "ours_fraction_of_copy": b["fraction_of_copy"], "fla_fraction_of_copy": r.get("fraction_of_copy"),
             "ours_value_tile": b["value_tile"],
+            **extra,
         })
     out = {
         "what": "gdn-testbed cuda.chunked_prefill vs flash-linear-attention chunk_gated_delta_rule, same H200 call",
@@ -53,7 +65,10 @@ def main(argv):
         tmp = f.name
     os.replace(tmp, out_path)
     for r in rows:
-        print(f"{r['shape']:20s} ours {r['ours_ms']:.3f} ms  fla {r['fla_ms']:.3f} ms  fla/ours {r['speed_vs_fla']:.2f}x")
+        line = f"{r['shape']:20s} ours {r['ours_ms']:.3f} ms  fla {r['fla_ms']:.3f} ms  fla/ours {r['speed_vs_fla']:.2f}x"
+        if "ours_split_auto_ms" in r:
+            line += f"  split auto {r['ours_split_auto_ms']:.3f} ms ({r['speed_vs_fla_split_auto']:.2f}x)"
+        print(line)
 
 
 if __name__ == "__main__":
