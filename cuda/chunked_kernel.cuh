@@ -384,17 +384,13 @@ template <class E, int KP, int HEADS = 2>
 struct PrepPlan {
   static constexpr int pad = Elem<E>::pad;
   static constexpr int ldk = KP + pad;   // q, k rows
-  static constexpr int ldc = kC + pad;   // P rows (input dtype)
   static constexpr int ldf = kC + 4;     // A, T rows (fp32)
-  static constexpr int ldy = 20;         // merge scratch rows (fp32)
   static constexpr bool split = Elem<E>::tensor;  // T stored as hi + lo
   static constexpr std::size_t es = sizeof(E);
   static constexpr int heads = HEADS;  // value heads per block
 
   static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
   static constexpr std::size_t f_bytes = align128(std::size_t(kC) * ldf * 4);
-  static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
-  static constexpr std::size_t y_bytes = align128(16 * ldy * 4);  // one warp's merge scratch
   // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay.
   // r_q and r_k are the pair's (head 0's arrays serve both).
   static constexpr std::size_t scalar_bytes = align128(kC * 8 + 6 * kC * 4 + 4);
@@ -406,12 +402,17 @@ struct PrepPlan {
   static constexpr std::size_t off_k = off_q + q_bytes;
   static constexpr std::size_t off_t = off_q;  // + head * f_bytes
   static constexpr std::size_t qkt_bytes = 2 * q_bytes > heads * f_bytes ? 2 * q_bytes : heads * f_bytes;
+  // P goes from the registers of its product straight to the record, and the merges exchange
+  // their partial products by shuffles: neither needs shared memory, so a pair's block takes
+  // 72 KB and three blocks fit an SM (ncu at 4 x 8192: two resident blocks left the issue
+  // slots 45% busy, the warps waiting on the inverse's serial steps and the barriers around them).
   static constexpr std::size_t off_a = off_q + qkt_bytes;              // + head * f_bytes
-  static constexpr std::size_t off_p = off_a + heads * f_bytes;         // + head * c_bytes
-  static constexpr std::size_t off_y = off_p + heads * c_bytes;         // + warp * y_bytes
-  static constexpr std::size_t off_scalar = off_y + 8 * y_bytes;        // + head * scalar_bytes
+  static constexpr std::size_t off_scalar = off_a + heads * f_bytes;    // + head * scalar_bytes
   static constexpr std::size_t bytes = off_scalar + heads * scalar_bytes;
-  static constexpr int min_blocks = chunked_blocks_per_sm(bytes);
+  // Three where shared memory allows (bf16/fp16; fp32's q, k tiles are twice as large: two).
+  static constexpr int smem_blocks = int(kChunkedSmemPerSM / (bytes + kChunkedSmemReservedPerBlock));
+  static constexpr int min_blocks = smem_blocks < 3 ? (smem_blocks < 1 ? 1 : smem_blocks) : 3;
+  static_assert(!Elem<E>::tensor || min_blocks == 3, "bf16/fp16: three blocks per SM");
   static_assert(bytes <= 227 * 1024, "prepass shared-memory plan exceeds the per-block limit");
 
   // The workspace record (global memory, unpadded rows of 64): T hi | T lo | P | scalars.
@@ -659,13 +660,12 @@ template <class E, int KP, int HEADS>
 __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) chunked_prepare(const ChunkedParams p) {
   using L = PrepPlan<E, KP, HEADS>;
   static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
-  constexpr int ldk = L::ldk, ldc = L::ldc, ldf = L::ldf, ldy = L::ldy;
+  constexpr int ldk = L::ldk, ldf = L::ldf;
   extern __shared__ __align__(128) unsigned char smem[];
   E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
   E* const Ks = reinterpret_cast<E*>(smem + L::off_k);
   auto Af = [&](int head) { return reinterpret_cast<float*>(smem + L::off_a + head * L::f_bytes); };
   auto Tf = [&](int head) { return reinterpret_cast<float*>(smem + L::off_t + head * L::f_bytes); };
-  auto Ps = [&](int head) { return reinterpret_cast<E*>(smem + L::off_p + head * L::c_bytes); };
   // Per head: gamma (double), beta, r_q, r_k, e_start, e_end (float), segment (int), chunk decay.
   auto gam = [&](int head) { return reinterpret_cast<double*>(smem + L::off_scalar + head * L::scalar_bytes); };
   auto bet = [&](int head) { return reinterpret_cast<float*>(gam(head) + kC); };
@@ -840,7 +840,9 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
       const int* const sg = seg(head);
       const float* const bt = bet(head);
       float* const Ah = Af(head);
-      E* const Ph = Ps(head);
+      // P to its record (rows of 64, unpadded) from the registers.
+      E* const Ph = reinterpret_cast<E*>(p.ws_records + (g * p.HV + j0 + head) * static_cast<std::int64_t>(L::record_bytes) +
+                                         L::rec_p);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = row0 + g8 + 8 * half;
@@ -859,7 +861,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
             q[u] = inside ? base_p * e[u] * rk[col + u] * qk[0][nt][2 * half + u] : 0.f;
           }
           *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
-          store2(Ph + i * ldc + col, q[0], q[1]);
+          store2(Ph + i * kC + col, q[0], q[1]);
         }
       }
     }
@@ -910,10 +912,8 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
         y[7] = fmaf(a, t1.w, y[7]);
       }
     }
-    float* yw = reinterpret_cast<float*>(smem + L::off_y + warp * L::y_bytes);
-    *reinterpret_cast<float4*>(yw + rr * ldy + c0) = make_float4(y[0], y[1], y[2], y[3]);
-    *reinterpret_cast<float4*>(yw + rr * ldy + c0 + 4) = make_float4(y[4], y[5], y[6], y[7]);
-    __syncwarp();
+    // Row kk of Y is held by lanes 2 kk (columns 0-7) and 2 kk + 1 (8-15): shuffled over,
+    // summed in the same order as before (kk increasing).
     float z[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) z[e] = 0.f;
@@ -921,16 +921,9 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
 #pragma unroll
     for (int kk = 0; kk < 16; ++kk) {
       const float a = trow[kk];
-      const float4 y0 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0);
-      const float4 y1 = *reinterpret_cast<const float4*>(yw + kk * ldy + c0 + 4);
-      z[0] = fmaf(a, y0.x, z[0]);
-      z[1] = fmaf(a, y0.y, z[1]);
-      z[2] = fmaf(a, y0.z, z[2]);
-      z[3] = fmaf(a, y0.w, z[3]);
-      z[4] = fmaf(a, y1.x, z[4]);
-      z[5] = fmaf(a, y1.y, z[5]);
-      z[6] = fmaf(a, y1.z, z[6]);
-      z[7] = fmaf(a, y1.w, z[7]);
+      const int src = 2 * kk + (lane & 1);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) z[e] = fmaf(a, __shfl_sync(0xffffffffu, y[e], src), z[e]);
     }
     float* out = Th + (16 * bi + rr) * ldf + 16 * bj + c0;
     *reinterpret_cast<float4*>(out) = make_float4(-z[0], -z[1], -z[2], -z[3]);
@@ -976,16 +969,6 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
           store_split(gt + i * kC + col, gtlo + i * kC + col, t0, t1);
         else
           store2(gt + i * kC + col, t0, t1);
-      }
-    }
-    {
-      constexpr int pieces = kC * sizeof(E) / 16;  // 16-byte pieces per row of P
-      unsigned char* const gp = rec + L::rec_p;
-      const unsigned char* const sp = reinterpret_cast<const unsigned char*>(Ps(head));
-      for (int idx = tid; idx < kC * pieces; idx += kThreads) {
-        const int row = idx / pieces, piece = idx % pieces;
-        *reinterpret_cast<uint4*>(gp + row * (kC * sizeof(E)) + piece * 16) =
-            *reinterpret_cast<const uint4*>(sp + row * (ldc * sizeof(E)) + piece * 16);
       }
     }
     if (tid < kC) {
