@@ -1005,11 +1005,12 @@ struct ChunkCopies {
   int qk_row, qk_col, v_row, v_col;
   std::int64_t qk_row_stride, v_row_stride;
   bool qk_col_ok;
+  bool v_ok;  // false: the V tile is zero-filled (the split's transition tiles: v = 0)
   const E* q_thread;
   const E* k_thread;
   const E* v_thread;
 
-  __device__ __forceinline__ ChunkCopies(const ChunkedParams& p, int tid, int h, int j, int v0)
+  __device__ __forceinline__ ChunkCopies(const ChunkedParams& p, int tid, int h, int j, int v0, bool v_valid = true)
       : qg(static_cast<const E*>(p.q)),
         kg(static_cast<const E*>(p.k)),
         vg(static_cast<const E*>(p.v)),
@@ -1020,6 +1021,7 @@ struct ChunkCopies {
         qk_row_stride(std::int64_t(p.H) * p.K),
         v_row_stride(std::int64_t(p.HV) * p.V),
         qk_col_ok(qk_col < p.K),
+        v_ok(v_valid),
         q_thread(qg + qk_row * qk_row_stride + h * p.K + qk_col),
         k_thread(kg + qk_row * qk_row_stride + h * p.K + qk_col),
         v_thread(vg + v_row * v_row_stride + j * p.V + v0 + v_col) {}
@@ -1041,7 +1043,7 @@ struct ChunkCopies {
     for (int pass = 0; pass < passes_v; ++pass) {
       const int row = v_row + pass * rows_pass_v;
       if (rows_pass_v * passes_v == kC || row < kC) {
-        const bool ok = row < c;
+        const bool ok = row < c && v_ok;
         cp_async16(Vs + row * ldv + v_col, ok ? vs + pass * rows_pass_v * v_row_stride : vg, ok);
       }
     }
@@ -1294,6 +1296,20 @@ struct Instance {
     else
       return &chunked_forward<E, KP, BV>;
   }
+  // The sequence split's affine pass and the debug mode (bf16/fp16: instances of their own;
+  // fp32's one kernel does both of its modes and has no split).
+  static constexpr auto affine_forward() {
+    if constexpr (Elem<E>::tensor)
+      return &chunked_forward_wg<E, KP, BV, WgMode::affine>;
+    else
+      return &chunked_forward<E, KP, BV>;
+  }
+  static constexpr auto debug_forward() {
+    if constexpr (Elem<E>::tensor)
+      return &chunked_forward_wg<E, KP, BV, WgMode::debug>;
+    else
+      return &chunked_forward<E, KP, BV>;
+  }
 
   // Raises the kernels' dynamic shared-memory limits (and asks for the largest shared-memory
   // carveout, for two resident blocks where the plan allows them) once per process: one device
@@ -1303,6 +1319,15 @@ struct Instance {
     if (configured) return cudaSuccess;
     cudaError_t code = cudaFuncSetAttribute(forward(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(F::bytes));
+    for (auto kernel : {affine_forward(), debug_forward()})
+      if (code == cudaSuccess)
+        code = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(F::bytes));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(debug_forward(), cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(affine_forward(), cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
     if (code == cudaSuccess)
       code = cudaFuncSetAttribute(forward(), cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared));
@@ -1341,13 +1366,14 @@ struct Instance {
         affine.pass = 1;
         const std::int64_t affine_blocks =
             params.segments * params.HV * (std::int64_t(params.affine_tiles) + params.value_tiles);
-        forward()<<<static_cast<unsigned>(affine_blocks), kThreads, F::bytes, stream>>>(affine);
+        affine_forward()<<<static_cast<unsigned>(affine_blocks), kThreads, F::bytes, stream>>>(affine);
         const std::int64_t combine_blocks = std::int64_t(params.N) * params.HV * (params.V / kCombineColumns);
         chunked_combine<E><<<static_cast<unsigned>(combine_blocks), kCombineThreads, combine_shared_bytes(params.K),
                              stream>>>(params);
       }
     }
-    forward()<<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
+    const auto output = params.chunk_offsets ? debug_forward() : forward();
+    output<<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
   }
 };
 

@@ -213,7 +213,13 @@ struct WgPlan {
   static constexpr int min_blocks = (chunked_blocks_per_sm(bytes) == 2 && KP * BV <= 64 * 16) ? 2 : 1;
 };
 
-template <class E, int KP, int BV>
+// The kernel's modes, each its own instance so that the output pass carries none of the others'
+// code: kAffine is the sequence split's pass 1 (ChunkedParams; as a runtime flag it put a select
+// and five predicate operations on every element of the X epilogue, ncu), kDebug writes the
+// per-chunk intermediates (its address arithmetic, even never executed, cost the BV 128
+// instance 80 bytes of spills in the chunk loop).
+enum class WgMode { output, affine, debug };
+template <class E, int KP, int BV, WgMode kMode = WgMode::output>
 __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunked_forward_wg(const ChunkedParams p) {
   using L = WgPlan<E, KP, BV>;
   using R = typename L::Rec;
@@ -249,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   // Block = (unit, value head j, tile): a unit is a sequence, or a segment of one with the
   // sequence split (ChunkedParams). Pass 1 puts ceil(K / BV) transition tiles (the columns of
   // M) before the value tiles and writes no output.
-  const bool affine = p.pass == 1;
+  constexpr bool affine = kMode == WgMode::affine;
   const int tiles = p.value_tiles + (affine ? p.affine_tiles : 0);
   const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles));
   const std::int64_t pair = blockIdx.x / static_cast<unsigned>(tiles);
@@ -266,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   const int wcol0 = v0 + group * NW;  // the warpgroup's first column of V (or of M)
   const std::int64_t bos = place.bos, eos = place.eos;
   const std::int64_t first_chunk = place.first_chunk;
-  const bool outputs = !affine;
+  constexpr bool outputs = !affine;
   const bool last_segment = place.ls + 1 == place.nseg;
   // Where the state starts and ends (rows of `stride` floats, from the warpgroup's first column).
   const std::int64_t affine_stride = std::int64_t(p.K) + p.V;
@@ -283,15 +289,6 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     init = affine_at(unit - 1, p.K + wcol0);
     init_stride = affine_stride;
   }
-  float* out = nullptr;
-  std::int64_t out_stride = p.V;
-  if (affine) {
-    out = affine_at(unit, transition ? wcol0 : p.K + wcol0);
-    out_stride = affine_stride;
-  } else if (last_segment && p.has_hT) {
-    out = p.hT + dense;
-  }
-  const int out_columns = transition ? p.K - wcol0 : NW;  // M has K columns
 
   // The warpgroup's state slice: rows 64 mh + 16 wl + g (+ 8), columns 8 nt + 2 t (+ 1).
   float S[MH][NT][4];
@@ -325,7 +322,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   write_state_operand();
 
   // The chunk copies, each thread's share fixed once (ChunkCopies).
-  const ChunkCopies<E, KP, BV> copies(p, tid, h, j, transition ? 0 : v0);  // transition: v is not read
+  // Transition tiles: v = 0, zero-filled by the copies (no select in the X epilogue).
+  const ChunkCopies<E, KP, BV> copies(p, tid, h, j, transition ? 0 : v0, !transition);
   auto issue_loads = [&](std::int64_t start, int c, E* Kdst) { copies.issue(start, c, Qs, Kdst, Vs, ldk, ldv); };
   // Tiles [first, first + count) of the record of global chunk `chunk` (0 T hi, 1 T lo, 2 P),
   // rows of 64 into rows of ldc; with_scalars adds the scalars. No commit.
@@ -364,8 +362,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     const std::int64_t next = first_chunk + chunk_index + 1;
     E* const Kc = (chunk_index & 1) ? Ks1 : Ks0;
     E* const Kn = (chunk_index & 1) ? Ks0 : Ks1;
-    const bool debug = outputs && p.chunk_offsets;
-    const std::int64_t debug_chunk = debug ? p.chunk_offsets[n] + place.ls * p.split_chunks + chunk_index : 0;
+    // The debug buffers' chunk index: chunk_offsets[n] (the host's) equals ws_offsets[n] (the
+    // device's), so that of the segment's chunk is first_chunk + chunk_index.
+    constexpr bool debug = kMode == WgMode::debug;
+    const std::int64_t debug_chunk = debug ? first_chunk + chunk_index : 0;
     cp_async_wait_group<1>();  // all but the newest group, the chunk's P
     __syncthreads();  // the chunk's Q, K, V, T and scalars; every warpgroup's S0 operand
 
@@ -388,29 +388,33 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     wg::zero(X);
     wg::zero(O);
     {
-      std::uint32_t ak[KS][4], aq[KS][4];
+      // X (on the state's chain) first; then O, whose Q fragments take the K fragments'
+      // registers once X is done (one set of A fragments live at a time: at BV 128 loading
+      // both up front spilled), and which runs on while the X epilogue does (O is waited for
+      // with T X).
+      std::uint32_t a[KS][4];
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) {
-        ldsm_x4(ak[ks], Kc + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
-        ldsm_x4(aq[ks], Qs + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
-      }
+      for (int ks = 0; ks < KS; ++ks)
+        ldsm_x4(a[ks], Kc + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
       wg::fence();
-      // Two groups: X (on the state's chain) first, then O, which runs on while the X
-      // epilogue does (O is waited for with T X).
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Shi, ks), E{});
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, a[ks], wg::b_desc<NW>(Shi, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, ak[ks], wg::b_desc<NW>(Slo, ks), E{});
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, a[ks], wg::b_desc<NW>(Slo, ks), E{});
       wg::commit();
-      if (outputs) {
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Shi, ks), E{});
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, aq[ks], wg::b_desc<NW>(Slo, ks), E{});
-      }
-      wg::commit();  // (empty in pass 1: the group count stays the same)
-      wg::wait_group<1>();
+      wg::wait_all();
       wg::fence_operand(X);
+      if constexpr (outputs) {
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks)
+          ldsm_x4(a[ks], Qs + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
+        wg::fence();
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, a[ks], wg::b_desc<NW>(Shi, ks), E{});
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, a[ks], wg::b_desc<NW>(Slo, ks), E{});
+      }
+      wg::commit();  // (empty in pass 1)
     }
     if (debug && p.debug_S0) {
       float* dst = p.debug_S0 + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
@@ -425,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
         const float w = e_start[half] * r_k[half];
-        const float2 v = transition ? make_float2(0.f, 0.f) : wg::load2(Vs + i * ldv + group * NW + col);
+        const float2 v = wg::load2(Vs + i * ldv + group * NW + col);
         const float x0 = beta[half] * (v.x - w * X[nt][2 * half]);
         const float x1 = beta[half] * (v.y - w * X[nt][2 * half + 1]);
         store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
@@ -530,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdlo, ks), E{});
       }
       wg::commit();
-      if (outputs) {
+      if constexpr (outputs) {
 #pragma unroll
         for (int ks = 0; ks < CS; ++ks) {
           wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vn, ks), E{});
@@ -562,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     // threads to a 32-byte sector (4-byte stores of the accumulator pairs stalled on the
     // store queue: 6.6% of the stall samples under ncu). Pass 1 has no O: the barrier at the
     // top of the next chunk orders its S update's reads before the next X epilogue's writes.
-    if (!outputs) continue;
+    if constexpr (!outputs) continue;
     wg::sync(group);
     {
       const float scale = p.scale;
@@ -590,6 +594,16 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     }
   }
 
+  // Where the state ends (computed here: nothing of it stays live through the chunk loop).
+  float* out = nullptr;
+  std::int64_t out_stride = p.V;
+  if (affine) {
+    out = affine_at(unit, transition ? wcol0 : p.K + wcol0);
+    out_stride = affine_stride;
+  } else if (last_segment && p.has_hT) {
+    out = p.hT + dense;
+  }
+  const int out_columns = transition ? p.K - wcol0 : NW;  // M has K columns
   if (out) {
     for_each_state([&](int r, int col, float& x0, float& x1) {
       if (r < p.K && col < out_columns)
