@@ -72,6 +72,20 @@ oracle::Registry build() {
   oracle::BudgetOptions chunked_budget;
   chunked_budget.state_unit_input = true;
   add_kernel<gdn::cuda::ChunkedPrefillKernel>(registry, "CUDA chunked tensor-core prefill (C = 64)", chunked_budget);
+  {
+    // The sequence split (ChunkedOptions::split_chunks) with segments of one chunk: every chunk
+    // boundary is a segment boundary, so every case with two or more chunks goes through the
+    // affine pass and the fix-up. bf16/fp16 only (fp32 cases are reported unsupported).
+    oracle::RegistryEntry e;
+    gdn::cuda::ChunkedOptions split;
+    split.split_chunks = 1;
+    e.name = gdn::cuda::ChunkedPrefillKernel(split).name();
+    e.description = "CUDA chunked prefill with the sequence split, segments of 1 chunk (bf16/fp16)";
+    e.default_budget = chunked_budget;
+    e.make = [split] { return std::make_unique<gdn::cuda::ChunkedPrefillKernel>(split); };
+    e.gpu = true;
+    registry.add(std::move(e));
+  }
 #endif
 #endif
 #endif
