@@ -19,6 +19,9 @@
 //                     update, with the chunk's Q, K, V and its prepass record brought in by
 //                     cp.async ahead of use. The bf16/fp16 kernel runs its products on Hopper's
 //                     warpgroup MMA (wgmma), two warpgroups each owning half of the V tile.
+//   chunked_combine   (sequence split only) between the forward's affine pass and its output
+//                     pass: S_start(s + 1) = M_s S_start(s) + B_s per sequence and value head,
+//                     fp32 (ChunkedParams has the split's three steps).
 //
 // Why split: the state recurrence is the only serial chain; the V-independent work (the gates,
 // A, P and the 16x16 inverse with its merges, about half the per-chunk time and most of its

@@ -20,10 +20,14 @@
 //
 // Batch invariance: the V tile is chosen from the batch shape (to fill the GPU), but no output
 // bit depends on it: each output element is reduced in one fixed order (see the kernel header).
+// The sequence split (ChunkedOptions::split_chunks, off by default) keeps that with a fixed
+// segment length; its automatic mode (kChunkedSplitAuto) does not, and says so.
 //
 // One call enqueues three kernels on the stream: the chunk offsets, a prepass over every
 // (chunk, value head) (gates, A, P, T: what does not depend on the state) into a workspace, and
 // the sequential state kernel that reads it (ChunkedOptions::workspace, chunked_workspace_bytes).
+// With the sequence split, two more before the state kernel: its affine pass over the segments
+// and the combine that chains their maps.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
