@@ -386,3 +386,89 @@ TEST_CASE("the references reject what they cannot do", "[reference][negative]") 
   CHECK_THROWS_AS(reference::sequential<double>(bad, wrong), ProblemError);
   CHECK_THROWS_AS(reference::chunked<double>(bad, wrong, 2), ProblemError);
 }
+
+namespace {
+
+// Tokens [t0, t1) of a one-sequence problem's inputs (q, k, v, direct gates), with h0 as given.
+// v_columns != V: v is zero with that many columns (the transition map of the CUDA split).
+Inputs token_range(const Problem& p, const Inputs& in, std::int64_t t0, std::int64_t t1, int v_columns,
+                   const HostTensor<double>& h0) {
+  const std::int64_t T = t1 - t0;
+  Inputs out;
+  auto rows = [&](const HostTensor<double>& x, std::int64_t per_token) {
+    Shape shape = x.shape();
+    shape[0] = T;
+    HostTensor<double> y(shape);
+    for (std::int64_t i = 0; i < T * per_token; ++i) y[i] = x[t0 * per_token + i];
+    return y;
+  };
+  out.q = rows(in.q, std::int64_t(p.H) * p.K);
+  out.k = rows(in.k, std::int64_t(p.H) * p.K);
+  out.v = v_columns == p.V ? rows(in.v, std::int64_t(p.HV) * p.V) : HostTensor<double>(Shape{T, p.HV, v_columns});
+  out.g = rows(in.g, p.HV);
+  out.beta = rows(in.beta, p.HV);
+  out.h0 = h0;
+  return out;
+}
+
+}  // namespace
+
+// The CUDA chunked prefill's sequence split (cuda/chunked_prefill.hpp, split_chunks) rests on
+// this: a segment's end state is affine in its start state, S_end = M S_start + B, with M the end
+// state from the identity and v = 0 (a K x K problem) and B the end state from zero. Chaining
+// the segments' maps must give the unsplit end state; here in double, through the chunked
+// reference with the kernel's C = 64 and a cut at a chunk boundary.
+TEST_CASE("a segment's state map is affine, and chaining the maps gives the unsplit state", "[reference][chunked][split]") {
+  const int H = 1, HV = 2, K = 16, V = 8;
+  const std::int64_t L = 200, cut = 128;
+  for (fuzz::GateRegime regime : {fuzz::GateRegime::no_decay, fuzz::GateRegime::mild, fuzz::GateRegime::strong}) {
+    Problem full = Problem::packed({L}, H, HV, K, V);
+    full.input_dtype = DType::f64;
+    full.gate_dtype = DType::f64;
+    full.use_qk_l2norm = true;
+    full.has_h0 = true;
+    full.has_hT = true;
+    fuzz::InputOptions options;
+    options.regime = regime;
+    const Inputs in = fuzz::make_inputs(full, options, 1234);
+    auto end_state = [](Problem shape, const Inputs& inputs) {
+      return reference::chunked<double>(shape, inputs, 64).hT;
+    };
+    auto like = [&](std::int64_t length, int v) {
+      Problem q = Problem::packed({length}, H, HV, K, v);
+      q.input_dtype = full.input_dtype;
+      q.gate_dtype = full.gate_dtype;
+      q.use_qk_l2norm = true;
+      q.has_h0 = true;
+      q.has_hT = true;
+      return q;
+    };
+    const HostTensor<double> expected = end_state(full, in);
+    // Segment 0 from h0: its end state is segment 1's start.
+    const HostTensor<double> s1 = end_state(like(cut, V), token_range(full, in, 0, cut, V, in.h0));
+    // Segment 1's map: M from the identity with v = 0, B from zero.
+    HostTensor<double> identity(Shape{1, HV, K, K});
+    for (int j = 0; j < HV; ++j)
+      for (int r = 0; r < K; ++r) identity[(std::int64_t(j) * K + r) * K + r] = 1.0;
+    const HostTensor<double> M = end_state(like(L - cut, K), token_range(full, in, cut, L, K, identity));
+    const HostTensor<double> B = end_state(like(L - cut, V), token_range(full, in, cut, L, V, HostTensor<double>(Shape{1, HV, K, V})));
+    double err = 0, ref = 0;
+    for (int j = 0; j < HV; ++j)
+      for (int r = 0; r < K; ++r)
+        for (int c = 0; c < V; ++c) {
+          double x = B[(std::int64_t(j) * K + r) * V + c];
+          for (int m = 0; m < K; ++m) x += M[(std::int64_t(j) * K + r) * K + m] * s1[(std::int64_t(j) * K + m) * V + c];
+          const double e = expected[(std::int64_t(j) * K + r) * V + c];
+          err += (x - e) * (x - e);
+          ref += e * e;
+        }
+    INFO("regime " << fuzz::gate_regime_name(regime));
+    REQUIRE(ref > 0);
+    CHECK(std::sqrt(err / ref) < 1e-12);
+    // M is not the identity (the map does something) and B is not zero.
+    double off = 0;
+    for (int r = 0; r < K; ++r)
+      for (int m = 0; m < K; ++m) off += std::abs(M[std::int64_t(r) * K + m] - (r == m ? 1.0 : 0.0));
+    CHECK(off > 1e-3);
+  }
+}
