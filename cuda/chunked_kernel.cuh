@@ -624,14 +624,19 @@ constexpr int kCombineThreads = 256, kCombineColumns = 16;
 constexpr int kCombineRowGroups = kCombineThreads / kCombineColumns;  // thread rows r = group + 16 i
 template <class E>
 __global__ void __launch_bounds__(kCombineThreads) chunked_combine(const ChunkedParams p) {
-  // M_s of every step is known before the chain runs: it is copied (cp.async, 16-byte pieces)
-  // one step ahead into the other of two buffers, so a step waits only for its FMAs. (A plain
-  // copy loop of one 4-byte load per iteration, waited for one by one, took 23 us a step on the
-  // H200: 320 of the 944 us of the split at H2 HV8, ncu.)
+  // Everything a step reads but its start state is known before the chain runs: M_s and B_s are
+  // copied (cp.async, 16-byte pieces) one step ahead into the other of two buffers, and the
+  // start state S(s) of the block's columns stays in shared memory from the step that made it.
+  // A step then waits only for its FMAs and a barrier. (ncu on the H200 at H2 HV8, 14 steps:
+  // 320 us with one 4-byte load per iteration waited for one by one, 132 us with M copied
+  // ahead but S and B read from global memory every step.)
   extern __shared__ __align__(16) float combine_smem[];
   const int K = p.K, W = p.K + p.V, ldm = K + 4;  // rows of M padded to 16-byte pieces
+  const int tile_elems = K * kCombineColumns;
   float* const m_buffer[2] = {combine_smem, combine_smem + K * ldm};
-  float* const Ss = combine_smem + 2 * K * ldm;  // K x 16: S_start(s) of the block's columns
+  float* const b_buffer[2] = {combine_smem + 2 * K * ldm, combine_smem + 2 * K * ldm + tile_elems};
+  float* const s_buffer[2] = {combine_smem + 2 * K * ldm + 2 * tile_elems,
+                              combine_smem + 2 * K * ldm + 3 * tile_elems};
   const int tiles = p.V / kCombineColumns;
   const int ct = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles));
   const int pair = static_cast<int>(blockIdx.x / static_cast<unsigned>(tiles));
@@ -639,35 +644,51 @@ __global__ void __launch_bounds__(kCombineThreads) chunked_combine(const Chunked
   const std::int64_t* const offs = p.seg_offsets;
   if (offs[p.N] > p.segments) return;  // cu_seqlens disagree with the Problem
   const std::int64_t u0 = offs[n], nseg = offs[n + 1] - offs[n];
-  if (nseg < 3) return;  // S_start(1) = B_0 as it is
+  if (nseg < 3) return;  // S(1) = B_0 as it is
   const int tid = threadIdx.x, c = tid % kCombineColumns, group = tid / kCombineColumns;
   const std::int64_t rec_elems = std::int64_t(K) * W;
   auto record = [&](std::int64_t s) { return p.ws_affine + ((u0 + s) * p.HV + j) * rec_elems; };
-  auto load_m = [&](std::int64_t s, float* dst) {
+  // M_s (K x K) and the block's columns of B_s (K x 16) into buffer `slot`. No commit.
+  auto load_step = [&](std::int64_t s, int slot) {
     const float* const src = record(s);
     const int pieces = K / 4;
     for (int idx = tid; idx < K * pieces; idx += kCombineThreads) {
       const int r = idx / pieces, q = idx % pieces;
-      cp_async16(dst + r * ldm + 4 * q, src + std::int64_t(r) * W + 4 * q, true);
+      cp_async16(m_buffer[slot] + r * ldm + 4 * q, src + std::int64_t(r) * W + 4 * q, true);
+    }
+    constexpr int b_pieces = kCombineColumns / 4;
+    for (int idx = tid; idx < K * b_pieces; idx += kCombineThreads) {
+      const int r = idx / b_pieces, q = idx % b_pieces;
+      cp_async16(b_buffer[slot] + r * kCombineColumns + 4 * q,
+                 src + std::int64_t(r) * W + K + ct * kCombineColumns + 4 * q, true);
     }
   };
-  load_m(1, m_buffer[0]);
+  // S(1) = B_0's columns, and step 1's M and B.
+  {
+    const float* const b0 = record(0) + K + ct * kCombineColumns;
+    constexpr int b_pieces = kCombineColumns / 4;
+    for (int idx = tid; idx < K * b_pieces; idx += kCombineThreads) {
+      const int r = idx / b_pieces, q = idx % b_pieces;
+      cp_async16(s_buffer[0] + r * kCombineColumns + 4 * q, b0 + std::int64_t(r) * W + 4 * q, true);
+    }
+  }
+  load_step(1, 0);
   cp_async_commit();
   for (std::int64_t s = 1; s + 1 < nseg; ++s) {
-    const float* const Ms = m_buffer[(s - 1) & 1];
-    // The next step's M into the other buffer (its last reads, step s - 1, ended at the barrier
-    // closing that step). Always one commit per step, so that wait_group<1> is this step's M.
-    if (s + 2 < nseg) load_m(s + 1, m_buffer[s & 1]);
+    const int slot = static_cast<int>((s - 1) & 1);
+    const float* const Ms = m_buffer[slot];
+    const float* const Bs = b_buffer[slot];
+    const float* const Ss = s_buffer[slot];  // S(s)
+    float* const Sn = s_buffer[slot ^ 1];    // S(s + 1)
+    // The next step's M and B into the other buffers (last read in step s - 1, which ended
+    // with a barrier). One commit per step, so that wait_group<1> is this step's copies.
+    if (s + 2 < nseg) load_step(s + 1, slot ^ 1);
     cp_async_commit();
-    const float* const prev = record(s - 1) + K + ct * kCombineColumns;  // S_start(s)
-    for (int idx = tid; idx < K * kCombineColumns; idx += kCombineThreads)
-      Ss[idx] = prev[std::int64_t(idx / kCombineColumns) * W + idx % kCombineColumns];
     cp_async_wait_group<1>();
-    __syncthreads();  // M_s and S_start(s) in shared memory
-    float* const b = record(s) + K + ct * kCombineColumns + c;
+    __syncthreads();  // M_s, B_s and S(s) in shared memory
     float acc[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = (i < K / 16) ? b[std::int64_t(group + 16 * i) * W] : 0.f;
+    for (int i = 0; i < 8; ++i) acc[i] = (i < K / 16) ? Bs[(group + 16 * i) * kCombineColumns + c] : 0.f;
     for (int k = 0; k < K; k += 4) {
       const float s0 = Ss[k * kCombineColumns + c], s1 = Ss[(k + 1) * kCombineColumns + c];
       const float s2 = Ss[(k + 2) * kCombineColumns + c], s3 = Ss[(k + 3) * kCombineColumns + c];
@@ -682,15 +703,20 @@ __global__ void __launch_bounds__(kCombineThreads) chunked_combine(const Chunked
         }
       }
     }
+    // S(s + 1) over B_s in the workspace (the output pass reads it) and for the next step.
+    float* const b = record(s) + K + ct * kCombineColumns + c;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      if (i < K / 16) b[std::int64_t(group + 16 * i) * W] = acc[i];
-    __syncthreads();  // reads of Ms and Ss done; S_start(s + 1) written for the next step's loads
+      if (i < K / 16) {
+        b[std::int64_t(group + 16 * i) * W] = acc[i];
+        Sn[(group + 16 * i) * kCombineColumns + c] = acc[i];
+      }
+    __syncthreads();  // reads of this step's buffers done; S(s + 1) complete
   }
   cp_async_wait_all();
 }
 inline std::size_t combine_shared_bytes(int K) {
-  return (2 * std::size_t(K) * (K + 4) + std::size_t(K) * kCombineColumns) * sizeof(float);
+  return (2 * std::size_t(K) * (K + 4) + 4 * std::size_t(K) * kCombineColumns) * sizeof(float);
 }
 
 // ----- the prepass --------------------------------------------------------------------------
