@@ -686,16 +686,17 @@ __global__ void __launch_bounds__(kCombineThreads) chunked_combine(const Chunked
     cp_async_commit();
     cp_async_wait_group<1>();
     __syncthreads();  // M_s, B_s and S(s) in shared memory
-    float acc[8];
+    constexpr int rows = 128 / kCombineRowGroups;  // K <= 128
+    float acc[rows];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = (i < K / 16) ? Bs[(group + 16 * i) * kCombineColumns + c] : 0.f;
+    for (int i = 0; i < rows; ++i) acc[i] = (i < K / kCombineRowGroups) ? Bs[(group + kCombineRowGroups * i) * kCombineColumns + c] : 0.f;
     for (int k = 0; k < K; k += 4) {
       const float s0 = Ss[k * kCombineColumns + c], s1 = Ss[(k + 1) * kCombineColumns + c];
       const float s2 = Ss[(k + 2) * kCombineColumns + c], s3 = Ss[(k + 3) * kCombineColumns + c];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (i < K / 16) {
-          const float4 m = *reinterpret_cast<const float4*>(Ms + (group + 16 * i) * ldm + k);
+      for (int i = 0; i < rows; ++i) {
+        if (i < K / kCombineRowGroups) {
+          const float4 m = *reinterpret_cast<const float4*>(Ms + (group + kCombineRowGroups * i) * ldm + k);
           acc[i] = fmaf(m.x, s0, acc[i]);
           acc[i] = fmaf(m.y, s1, acc[i]);
           acc[i] = fmaf(m.z, s2, acc[i]);
@@ -706,10 +707,10 @@ __global__ void __launch_bounds__(kCombineThreads) chunked_combine(const Chunked
     // S(s + 1) over B_s in the workspace (the output pass reads it) and for the next step.
     float* const b = record(s) + K + ct * kCombineColumns + c;
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (i < K / 16) {
-        b[std::int64_t(group + 16 * i) * W] = acc[i];
-        Sn[(group + 16 * i) * kCombineColumns + c] = acc[i];
+    for (int i = 0; i < rows; ++i)
+      if (i < K / kCombineRowGroups) {
+        b[std::int64_t(group + kCombineRowGroups * i) * W] = acc[i];
+        Sn[(group + kCombineRowGroups * i) * kCombineColumns + c] = acc[i];
       }
     __syncthreads();  // reads of this step's buffers done; S(s + 1) complete
   }
@@ -1427,11 +1428,9 @@ struct Instance {
       chunked_prepare<E, KP, 1><<<static_cast<unsigned>(prep_blocks), kThreads, P1::bytes, stream>>>(params);
     if constexpr (Elem<E>::tensor) {
       if (params.split_chunks > 0) {
-        ChunkedParams affine = params;
-        affine.pass = 1;
         const std::int64_t affine_blocks =
             params.segments * params.HV * (std::int64_t(params.affine_tiles) + params.value_tiles);
-        affine_forward()<<<static_cast<unsigned>(affine_blocks), kThreads, F::bytes, stream>>>(affine);
+        affine_forward()<<<static_cast<unsigned>(affine_blocks), kThreads, F::bytes, stream>>>(params);
         const std::int64_t combine_blocks = std::int64_t(params.N) * params.HV * (params.V / kCombineColumns);
         chunked_combine<E><<<static_cast<unsigned>(combine_blocks), kCombineThreads, combine_shared_bytes(params.K),
                              stream>>>(params);

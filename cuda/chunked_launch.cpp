@@ -204,17 +204,13 @@ ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& options, int mu
     tiles = candidates;
   // Unsplit with the automatic tile is chunked_value_tile's choice exactly; a split must win by
   // 10% (the model's error) to be chosen automatically.
-  double unsplit = -1;
+  const bool automatic = options.split_chunks == kChunkedSplitAuto;
+  auto rank = [&](int split, double cost) { return split > 0 && automatic ? cost / 0.9 : cost; };
   for (int split : splits)
     for (int bv : tiles) {
-      const bool cut = split > 0 && split < longest;
-      if (split > 0 && !cut && options.split_chunks == kChunkedSplitAuto) continue;  // nothing to cut
+      if (automatic && split >= longest) continue;  // nothing to cut
       const double cost = cost_of(bv, split);
-      if (split == 0 && (unsplit < 0 || cost < unsplit)) unsplit = cost;
-      const double rank = split > 0 && options.split_chunks == kChunkedSplitAuto ? cost / 0.9 : cost;
-      const double best_rank =
-          best.split_chunks > 0 && options.split_chunks == kChunkedSplitAuto ? best.cost / 0.9 : best.cost;
-      if (best.value_tile == 0 || rank < best_rank) {
+      if (best.value_tile == 0 || rank(split, cost) < rank(best.split_chunks, best.cost)) {
         best.value_tile = bv;
         best.split_chunks = split;
         best.cost = cost;
@@ -336,7 +332,6 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   r.gate_type = static_cast<int>(element_type(p.gate_dtype));
   r.value_tiles = p.V / value_tile;
   r.split_chunks = plan.split_chunks;
-  r.pass = 0;
   r.affine_tiles = (p.K + value_tile - 1) / value_tile;
   r.segments = plan.segments;
   if (options.debug) {

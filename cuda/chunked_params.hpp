@@ -44,7 +44,8 @@ struct ChunkedParams {
   // Sequence split (bf16/fp16 only; split_chunks 0 = off): each sequence is cut into segments
   // of split_chunks chunks (at least one per sequence), run as independent units in two forward
   // passes around chunked_combine (chunked_kernel.cuh):
-  //   pass 1: per (segment that is not its sequence's last, value head): the affine map of the
+  //   pass 1 (the forward's affine instance, WgMode::affine): per (segment that is not its
+  //           sequence's last, value head): the affine map of the
   //           segment, S_end = M S_start + B, as the K x (K + V) matrix [M | B] (M: transition
   //           tiles starting from the identity with v = 0; B: value tiles starting from 0, or
   //           from h0 for segment 0, whose B is then S_start of segment 1 as it is);
@@ -52,7 +53,6 @@ struct ChunkedParams {
   //   pass 0: o (and hT from each sequence's last segment), each segment starting from h0 or
   //           from the combined B of the segment before it.
   int split_chunks;
-  int pass;                  // the forward's pass: 0 outputs, 1 affine maps
   int affine_tiles;          // pass 1: transition tiles (ceil(K / value tile)) before the value tiles
   std::int64_t segments;     // host count: sum over sequences of max(1, ceil(chunks / split_chunks))
   std::int64_t* seg_offsets; // [N + 1] (workspace): first segment of each sequence, total at [N]

@@ -42,6 +42,43 @@ bool outputs_bits_equal(const Outputs<double>& a, const Outputs<double>& b) {
   return bits_equal(a.o, b.o) && bits_equal(a.hT, b.hT);
 }
 
+// What breaks batch invariance for a kernel with `options` on case (p, inputs), whose packed
+// run gave `packed`: "" when nothing. The pack reversed, one sequence (drawn from rng) alone,
+// and every V tile the kernel has for this V forced (same options otherwise) must all give
+// the packed run's bits.
+std::string invariance_diff(const ChunkedOptions& options, const Problem& p, const Inputs& inputs,
+                            const Outputs<double>& packed, std::mt19937_64& rng) {
+  ChunkedPrefillKernel kernel(options);
+  std::string diff;
+  std::vector<int> reversed(static_cast<std::size_t>(p.N()));
+  for (int n = 0; n < p.N(); ++n) reversed[static_cast<std::size_t>(n)] = p.N() - 1 - n;
+  Problem rp;
+  Inputs ri;
+  testbed::select_sequences(p, inputs, reversed, &rp, &ri);
+  const Outputs<double> rev = kernel.run(rp, ri);
+  for (int n = 0; n < p.N() && diff.empty(); ++n) {
+    diff = testbed::compare_sequence_bits(p, inputs, packed, n, rp, ri, rev, p.N() - 1 - n);
+    if (!diff.empty()) diff = "reversed pack, sequence " + std::to_string(n) + ": " + diff;
+  }
+  const int alone = std::uniform_int_distribution<int>(0, p.N() - 1)(rng);
+  Problem ap;
+  Inputs ai;
+  testbed::select_sequences(p, inputs, {alone}, &ap, &ai);
+  if (diff.empty()) {
+    diff = testbed::compare_sequence_bits(p, inputs, packed, alone, ap, ai, kernel.run(ap, ai), 0);
+    if (!diff.empty()) diff = "sequence " + std::to_string(alone) + " alone: " + diff;
+  }
+  for (int tile : {16, 32, 64, 128}) {
+    if (!diff.empty()) break;
+    ChunkedOptions forced_options = options;
+    forced_options.value_tile = tile;
+    ChunkedPrefillKernel forced(forced_options);
+    if (!forced.supports(p, nullptr)) continue;
+    if (!outputs_bits_equal(packed, forced.run(p, inputs))) diff = "value tile " + std::to_string(tile) + " changes bits";
+  }
+  return diff;
+}
+
 struct Run {
   Outputs<double> exact, emulation, actual;
   chunked_testbed::Judgement judgement;
@@ -266,34 +303,7 @@ TEST_CASE("chunked: a sequence's bits depend neither on its neighbours, its posi
     const Inputs inputs = c.inputs();
     const Problem& p = c.problem;
     const Outputs<double> packed = kernel.run(p, inputs);
-    std::string diff;
-    std::vector<int> reversed(static_cast<std::size_t>(p.N()));
-    for (int n = 0; n < p.N(); ++n) reversed[static_cast<std::size_t>(n)] = p.N() - 1 - n;
-    Problem rp;
-    Inputs ri;
-    testbed::select_sequences(p, inputs, reversed, &rp, &ri);
-    const Outputs<double> rev = kernel.run(rp, ri);
-    for (int n = 0; n < p.N() && diff.empty(); ++n) {
-      diff = testbed::compare_sequence_bits(p, inputs, packed, n, rp, ri, rev, p.N() - 1 - n);
-      if (!diff.empty()) diff = "reversed pack, sequence " + std::to_string(n) + ": " + diff;
-    }
-    const int alone = std::uniform_int_distribution<int>(0, p.N() - 1)(rng);
-    Problem ap;
-    Inputs ai;
-    testbed::select_sequences(p, inputs, {alone}, &ap, &ai);
-    if (diff.empty()) {
-      diff = testbed::compare_sequence_bits(p, inputs, packed, alone, ap, ai, kernel.run(ap, ai), 0);
-      if (!diff.empty()) diff = "sequence " + std::to_string(alone) + " alone: " + diff;
-    }
-    // Every V tile the kernel has for this V gives the same bits as the automatic choice.
-    for (int tile : {16, 32, 64, 128}) {
-      if (!diff.empty()) break;
-      ChunkedOptions options;
-      options.value_tile = tile;
-      ChunkedPrefillKernel forced(options);
-      if (!forced.supports(p, nullptr)) continue;
-      if (!outputs_bits_equal(packed, forced.run(p, inputs))) diff = "value tile " + std::to_string(tile) + " changes bits";
-    }
+    const std::string diff = invariance_diff(ChunkedOptions{}, p, inputs, packed, rng);
     Tally::instance().add(kName, "batch_invariance", true, !diff.empty());
     if (!diff.empty() && ++failures <= kMaxReported) FAIL_CHECK(diff << "\n  " << c.describe());
   }
@@ -517,35 +527,9 @@ TEST_CASE("chunked: with a fixed split, launches are bitwise identical and seque
     std::string diff;
     for (int r = 0; r < 2 && diff.empty(); ++r)
       if (!outputs_bits_equal(packed, kernel.run(p, inputs))) diff = "repeated launch changes bits";
-    std::vector<int> reversed(static_cast<std::size_t>(p.N()));
-    for (int n = 0; n < p.N(); ++n) reversed[static_cast<std::size_t>(n)] = p.N() - 1 - n;
-    Problem rp;
-    Inputs ri;
-    testbed::select_sequences(p, inputs, reversed, &rp, &ri);
-    if (diff.empty()) {
-      const Outputs<double> rev = kernel.run(rp, ri);
-      for (int n = 0; n < p.N() && diff.empty(); ++n) {
-        diff = testbed::compare_sequence_bits(p, inputs, packed, n, rp, ri, rev, p.N() - 1 - n);
-        if (!diff.empty()) diff = "reversed pack, sequence " + std::to_string(n) + ": " + diff;
-      }
-    }
-    const int alone = std::uniform_int_distribution<int>(0, p.N() - 1)(rng);
-    Problem ap;
-    Inputs ai;
-    testbed::select_sequences(p, inputs, {alone}, &ap, &ai);
-    if (diff.empty()) {
-      diff = testbed::compare_sequence_bits(p, inputs, packed, alone, ap, ai, kernel.run(ap, ai), 0);
-      if (!diff.empty()) diff = "sequence " + std::to_string(alone) + " alone: " + diff;
-    }
-    // The V tile changes no bit with the split either.
-    for (int tile : {16, 32, 64, 128}) {
-      if (!diff.empty()) break;
-      ChunkedOptions forced_options = options;
-      forced_options.value_tile = tile;
-      ChunkedPrefillKernel forced(forced_options);
-      if (!forced.supports(p, nullptr)) continue;
-      if (!outputs_bits_equal(packed, forced.run(p, inputs))) diff = "value tile " + std::to_string(tile) + " changes bits";
-    }
+    // (Always run: it draws the alone sequence from rng.)
+    const std::string invariance = invariance_diff(options, p, inputs, packed, rng);
+    if (diff.empty()) diff = invariance;
     Tally::instance().add(kName, "split_invariance", true, !diff.empty());
     if (!diff.empty() && ++failures <= kMaxReported)
       FAIL_CHECK("split " << options.split_chunks << ": " << diff << "\n  " << c.describe());
