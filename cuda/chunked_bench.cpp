@@ -20,6 +20,13 @@
 #include "cuda/bench_common.hpp"
 #include "cuda/chunked_prefill.hpp"
 
+#ifdef GDN_CHUNKED_PHASE_CLOCK
+#include <cstdio>
+namespace gdn::cuda::detail {
+cudaError_t chunked_phase_clock_bf16(long long* host);
+}
+#endif
+
 namespace {
 
 using namespace gdn;
@@ -101,6 +108,36 @@ void BM_chunked(benchmark::State& state) {
   state.counters["split_chunks"] = plan.split_chunks;
   state.counters["model_cost"] = plan.cost;
   state.counters["workspace_MB"] = double(options.workspace_bytes) * 1e-6;
+#ifdef GDN_CHUNKED_PHASE_CLOCK
+  // Profiling builds: block 0's phase stamps of the last call, mean cycles per phase over chunks
+  // 4..min(chunks, 64) - 1 (the first chunks wait for cold loads), on stderr.
+  {
+    constexpr int chunks = 64, phases = 20;
+    std::vector<long long> stamps(2 * chunks * phases);
+    check_cuda(detail::chunked_phase_clock_bf16(stamps.data()), "phase clock");
+    for (int group = 0; group < 2; ++group) {
+      std::fprintf(stderr, "phase_clock %s tile %d group %d:", shape.name, plan.value_tile, group);
+      double chunk_sum = 0;
+      int used = 0;
+      for (int c = 4; c + 1 < chunks; ++c) {
+        const long long* a = &stamps[(group * chunks + c) * phases];
+        const long long* b = &stamps[(group * chunks + c + 1) * phases];
+        if (a[0] == 0 || b[0] == 0) break;
+        chunk_sum += double(b[0] - a[0]);
+        ++used;
+      }
+      for (int point = 1; point <= 18; ++point) {
+        double sum = 0;
+        for (int c = 4; c < 4 + used; ++c) {
+          const long long* a = &stamps[(group * chunks + c) * phases];
+          sum += double(a[point] - a[point - 1]);
+        }
+        std::fprintf(stderr, " %d:%.0f", point, used ? sum / used : 0.0);
+      }
+      std::fprintf(stderr, " chunk:%.0f (%d chunks)\n", used ? chunk_sum / used : 0.0, used);
+    }
+  }
+#endif
   cudaFree(options.workspace);
   cudaStreamDestroy(stream);
 }

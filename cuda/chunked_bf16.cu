@@ -21,3 +21,13 @@ int chunked_blocks_per_sm_bf16(int key_pad, int value_tile) { return Entry_bf16:
 std::size_t chunked_prepare_shared_bytes_bf16(int key_pad) { return Entry_bf16::prepare_shared_bytes(key_pad); }
 
 }  // namespace gdn::cuda::detail
+
+#ifdef GDN_CHUNKED_PHASE_CLOCK
+namespace gdn::cuda::detail {
+// The bf16 output pass's phase stamps of its last launch (chunked_wgmma.cuh): 2 warpgroups x
+// kPhaseChunks chunks x kPhases points, clock64 values (0 where not reached).
+cudaError_t chunked_phase_clock_bf16(long long* host) {
+  return cudaMemcpyFromSymbol(host, chunked::phase_clock, sizeof(chunked::phase_clock));
+}
+}  // namespace gdn::cuda::detail
+#endif

@@ -16,9 +16,11 @@
 //   chunked_forward     V tile) (fp32: below), walking its sequence's chunks of 64 tokens in
 //                     order with the K x BV slice of the state in registers (fp32). Per chunk
 //                     only what needs the state: the two S0 products, T X, P Vnew and the state
-//                     update, with the chunk's Q, K, V and its prepass record brought in by
-//                     cp.async ahead of use. The bf16/fp16 kernel runs its products on Hopper's
-//                     warpgroup MMA (wgmma), two warpgroups each owning half of the V tile.
+//                     update, with the chunk's Q, K, V and its prepass record brought in ahead
+//                     of use (fp32: cp.async; bf16/fp16: the tensor memory accelerator, tensor
+//                     copies of Q, K, V and bulk copies of the record). The bf16/fp16 kernel runs
+//                     its products on Hopper's warpgroup MMA (wgmma), two warpgroups each owning
+//                     half of the V tile.
 //   chunked_combine   (sequence split only) between the forward's affine pass and its output
 //                     pass: S_start(s + 1) = M_s S_start(s) + B_s per sequence and value head,
 //                     fp32 (ChunkedParams has the split's three steps).
@@ -374,6 +376,33 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
 }
 
+// ----- swizzled tiles -----------------------------------------------------------------------
+
+// Element offset of (row, col) in a tile of 64 rows of a 2-byte type laid out as the tensor
+// memory accelerator writes a box with swizzle ROW_BYTES (32, 64 or 128: the box's row, in
+// bytes): rows of ROW_BYTES, slabs of ROW_BYTES / 2 columns one after another, and within each
+// 1024-byte group of rows the 16-byte piece index XORed with address bits 7 and up. Conflict-free
+// for ldmatrix without padding, and what one tensor copy (or one bulk copy of a record tile the
+// prepass stored this way) delivers. Tiles start on 1024 bytes.
+template <int ROW_BYTES>
+__device__ __forceinline__ int swizzled(int row, int col) {
+  static_assert(ROW_BYTES == 32 || ROW_BYTES == 64 || ROW_BYTES == 128, "TMA swizzle widths");
+  constexpr int slab_cols = ROW_BYTES / 2;
+  const int slab = col / slab_cols, c = col % slab_cols;
+  int o = row * ROW_BYTES + c * 2;
+  o ^= ((o >> 7) & (ROW_BYTES / 16 - 1)) << 4;
+  return slab * (kC * slab_cols) + (o >> 1);
+}
+// Where the prepass puts element (row, col) of a record tile: swizzled for the bf16/fp16 forward
+// (one bulk copy per tile, read by ldmatrix), rows of 64 for fp32.
+template <class E>
+__device__ __forceinline__ int record_at(int row, int col) {
+  if constexpr (Elem<E>::tensor)
+    return swizzled<128>(row, col);
+  else
+    return row * kC + col;
+}
+
 // ----- shared memory plans -----------------------------------------------------------------
 
 constexpr std::size_t align128(std::size_t x) { return (x + 127) / 128 * 128; }
@@ -418,7 +447,9 @@ struct PrepPlan {
   static_assert(!Elem<E>::tensor || min_blocks == 3, "bf16/fp16: three blocks per SM");
   static_assert(bytes <= 227 * 1024, "prepass shared-memory plan exceeds the per-block limit");
 
-  // The workspace record (global memory, unpadded rows of 64): T hi | T lo | P | scalars.
+  // The workspace record (global memory, unpadded rows of 64): T hi | T lo | P | scalars. For
+  // bf16/fp16 each tile is stored swizzled (record_at), as the forward's ldmatrix reads it after
+  // one bulk copy per tile.
   static constexpr std::size_t tile_bytes = std::size_t(kC) * kC * es;
   static constexpr std::size_t rec_t = 0;
   static constexpr std::size_t rec_tlo = tile_bytes;  // split only
@@ -927,7 +958,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
             q[u] = inside ? base_p * e[u] * rk[col + u] * qk[0][nt][2 * half + u] : 0.f;
           }
           *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
-          store2(Ph + i * kC + col, q[0], q[1]);
+          store2(Ph + record_at<E>(i, col), q[0], q[1]);
         }
       }
     }
@@ -1032,9 +1063,9 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
         const bool lower = col / 16 <= i / 16;
         const float t0 = lower ? Th[i * ldf + col] : 0.f, t1 = lower ? Th[i * ldf + col + 1] : 0.f;
         if constexpr (L::split)
-          store_split(gt + i * kC + col, gtlo + i * kC + col, t0, t1);
+          store_split(gt + record_at<E>(i, col), gtlo + record_at<E>(i, col), t0, t1);
         else
-          store2(gt + i * kC + col, t0, t1);
+          store2(gt + record_at<E>(i, col), t0, t1);
       }
     }
     if (tid < kC) {

@@ -295,6 +295,52 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
   }
 }
 
+namespace {
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the binaries link the static
+// runtime only, not the driver library).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled function = [] {
+    void* found = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    const cudaError_t code =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &found, 12000, cudaEnableDefault, &status);
+    if (code != cudaSuccess) cudaGetLastError();  // not sticky
+    return code == cudaSuccess && status == cudaDriverEntryPointSuccess ? reinterpret_cast<EncodeTiled>(found)
+                                                                        : EncodeTiled(nullptr);
+  }();
+  return function;
+}
+
+// The map of a [T, heads, width] tensor of a 2-byte type (q, k or v) for boxes of 64 tokens x 1
+// head x box_width elements, swizzled by the box's row (32, 64 or 128 bytes). Elements past
+// `width` and tokens past T come as zeros (the kernel relies on it for K < its padding).
+CUtensorMap encode_rows(const char* name, const void* base, DType dtype, std::int64_t T, int heads, int width,
+                        int box_width) {
+  const EncodeTiled encode = encode_tiled();
+  if (!encode) fail(name, "needs the driver's cuTensorMapEncodeTiled (CUDA 12 or later), which was not found");
+  const cuuint64_t dims[3] = {cuuint64_t(width), cuuint64_t(heads), cuuint64_t(T)};
+  const cuuint64_t strides[2] = {cuuint64_t(width) * 2, cuuint64_t(heads) * width * 2};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {cuuint32_t(box_width), 1, 64};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const int row_bytes = box_width * 2;
+  const CUtensorMapSwizzle swizzle = row_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                       : CU_TENSOR_MAP_SWIZZLE_32B;
+  CUtensorMap map{};
+  const CUresult code =
+      encode(&map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+             const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (code != CUDA_SUCCESS)
+    fail(name, "cannot be described to the tensor memory accelerator (cuTensorMapEncodeTiled returned " +
+                   str(static_cast<int>(code)) + ")");
+  return map;
+}
+}  // namespace
+
 void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const ChunkedOptions& options) {
   validate_chunked_prefill(p, t, options);
   const ChunkedPlan plan = chunked_plan(p, options, multiprocessor_count());
@@ -350,6 +396,13 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   if (!instantiated)
     fail("value_tile", "no chunked kernel instance for K padded to " + str(key_pad) + ", value tile " + str(value_tile));
   check_cuda(code, "cudaFuncSetAttribute(chunked kernel shared memory)");
+  // The wgmma forward's tensor copies (validate_prefill checked the alignment). With T = 0 every
+  // sequence is empty: the kernels only write hT = h0 and copy nothing (and q may be null).
+  if (input != ElementType::f32 && p.T > 0) {
+    r.tmap_q = encode_rows("q", t.q, p.input_dtype, p.T, p.H, p.K, 64);
+    r.tmap_k = encode_rows("k", t.k, p.input_dtype, p.T, p.H, p.K, 64);
+    r.tmap_v = encode_rows("v", t.v, p.input_dtype, p.T, p.HV, p.V, value_tile < 64 ? value_tile : 64);
+  }
 
   // Workspace: the caller's, or one stream-ordered allocation freed after the last kernel.
   const std::int64_t chunks = chunked_chunk_offsets(p, nullptr);

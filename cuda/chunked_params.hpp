@@ -1,6 +1,7 @@
 #pragma once
 // Internal: what the chunked prefill's host side (chunked_launch.cpp) hands its kernel
 // (chunked_kernel.cuh). Plain pointers and sizes, passed by value as the kernel's one parameter.
+#include <cuda.h>  // CUtensorMap (a type only: nothing links the driver library)
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -62,6 +63,15 @@ struct ChunkedParams {
   std::int64_t* ws_offsets;   // [N + 1]: first global chunk of each sequence (total at [N]), from cu_seqlens
   unsigned char* ws_records;  // [ws_chunks, HV] records of chunked_record_bytes each
   std::int64_t ws_chunks;     // chunks of the batch, counted on the host from the Problem
+
+  // bf16/fp16 forward (chunked_forward_wg): tensor maps of q and k ([T, H, K] as a 3D tensor,
+  // boxes of 64 tokens x 1 head x 64 of K, 128-byte swizzle) and v ([T, HV, V], boxes of 64
+  // tokens x 1 head x min(value tile, 64), swizzle of the box's row), encoded by the launcher.
+  // Unused (zero) for fp32. The kernel takes ChunkedParams as a __grid_constant__ parameter,
+  // so the maps stay in parameter memory, where the tensor copies read them.
+  CUtensorMap tmap_q;
+  CUtensorMap tmap_k;
+  CUtensorMap tmap_v;
 };
 
 constexpr int kChunkedThreads = 256;

@@ -28,6 +28,8 @@
 
 #include <cstdint>
 
+#include "cuda/bulk_copy.cuh"
+
 namespace gdn::cuda::detail::chunked {
 
 namespace wg {
@@ -168,30 +170,51 @@ __device__ __forceinline__ float2 load2(const __half* p) { return __half22float2
 
 }  // namespace wg
 
+// Phase clock (profiling builds only, CMake option GDN_CHUNKED_PHASE_CLOCK): the first thread of
+// each warpgroup of block 0 of the output pass stamps clock64() at fixed points of the first
+// kPhaseChunks chunks, so that a chunk's time can be read phase by phase (ncu's stall samples
+// say where warps wait, not how long a phase lasts on the chain). Read back with
+// chunked_phase_clock_bf16 (chunked_bf16.cu); the benchmark prints it.
+constexpr int kPhaseChunks = 64, kPhases = 20;
+#ifdef GDN_CHUNKED_PHASE_CLOCK
+static __device__ long long phase_clock[2 * kPhaseChunks * kPhases];
+#define GDN_PHASE(point)                                                                              \
+  do {                                                                                                \
+    if (kMode == WgMode::output && blockIdx.x == 0 && (tid & 127) == 0 && chunk_index < kPhaseChunks) \
+      phase_clock[(group * kPhaseChunks + chunk_index) * kPhases + (point)] = clock64();              \
+  } while (0)
+#else
+#define GDN_PHASE(point) \
+  do {                   \
+  } while (0)
+#endif
+
 // Shared memory of the wgmma forward: one (sequence, value head, V tile) per block.
 template <class E, int KP, int BV>
 struct WgPlan {
   using Rec = PrepPlan<E, KP>;
   static_assert(sizeof(E) == 2, "wgmma operands are bf16 or fp16");
   static constexpr int NW = BV / 2;  // value columns per warpgroup
-  static constexpr int pad = Elem<E>::pad;
-  static constexpr int ldk = KP + pad;  // q, k rows
-  static constexpr int ldv = BV + pad;  // v rows
-  static constexpr int ldc = kC + pad;  // T, P rows
   static constexpr bool split_pv = Elem<E>::split_pv;
   static constexpr std::size_t es = sizeof(E);
-
-  static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
-  static constexpr std::size_t v_bytes = align128(std::size_t(kC) * ldv * es);
-  static constexpr std::size_t c_bytes = align128(std::size_t(kC) * ldc * es);
+  // The copied tiles are unpadded and swizzled (tma_offset): Q, K and V as the tensor memory
+  // accelerator writes its boxes of 64 tokens (Q, K: slabs of 64 columns, 8 KB each; V: one
+  // box of min(BV, 64) columns, two at BV 128), the record's tiles as the prepass stores them.
+  static constexpr int v_row_bytes = BV < 64 ? BV * 2 : 128;  // one V box's row
+  static constexpr std::size_t q_bytes = std::size_t(KP) * kC * es;
+  static constexpr std::size_t v_bytes = std::size_t(BV) * kC * es;
+  static constexpr std::size_t c_bytes = std::size_t(kC) * kC * es;
+  static constexpr std::size_t align1024(std::size_t x) { return (x + 1023) / 1024 * 1024; }
   // The record buffer: T hi | T lo | P | scalars (beta, r_q, r_k, e_start, e_end, decay), the
-  // record's tiles in the same order (tile index = record tile index).
+  // record's own order and layout, so that T hi + T lo and P are one bulk copy each.
   static constexpr std::size_t w_off_t = 0;
   static constexpr std::size_t w_off_tlo = c_bytes;
   static constexpr std::size_t w_off_p = 2 * c_bytes;
   static constexpr std::size_t w_off_scalar = 3 * c_bytes;
   static constexpr std::size_t w_bytes = w_off_scalar + 6 * kC * 4;
-  static_assert(Rec::rec_tlo == Rec::tile_bytes && Rec::rec_p == 2 * Rec::tile_bytes, "record tiles in order");
+  static_assert(Rec::rec_tlo == Rec::tile_bytes && Rec::rec_p == 2 * Rec::tile_bytes &&
+                    Rec::rec_scalar == 3 * Rec::tile_bytes && Rec::tile_bytes == c_bytes,
+                "record tiles in order, unpadded");
   // Per warpgroup: S0 hi, S0 lo (KP x NW), then X hi, X lo, Vnew_d lo (64 x NW) and, for fp16,
   // Vnew lo; Vnew and Vnew_d hi take the places of X hi and X lo once T X is done.
   static constexpr std::size_t s_tile = std::size_t(KP) * NW * es;
@@ -200,13 +223,16 @@ struct WgPlan {
   static constexpr std::size_t wg_bytes = 2 * s_tile + r_tiles * r_tile;
   static_assert(s_tile % 128 == 0 && r_tile % 128 == 0, "B tiles keep 128-byte alignment");
 
+  // Swizzled tiles start on 1024 bytes (the swizzle pattern repeats every 8 rows of 128 bytes).
   static constexpr std::size_t off_q = 0;
-  static constexpr std::size_t off_k0 = off_q + q_bytes;
-  static constexpr std::size_t off_k1 = off_k0 + q_bytes;
-  static constexpr std::size_t off_v = off_k1 + q_bytes;
-  static constexpr std::size_t off_w = off_v + v_bytes;
-  static constexpr std::size_t off_wg = off_w + w_bytes;
-  static constexpr std::size_t bytes = off_wg + 2 * wg_bytes;
+  static constexpr std::size_t off_k0 = off_q + align1024(q_bytes);
+  static constexpr std::size_t off_k1 = off_k0 + align1024(q_bytes);
+  static constexpr std::size_t off_v = off_k1 + align1024(q_bytes);
+  static constexpr std::size_t off_w = off_v + align1024(v_bytes);
+  static constexpr std::size_t off_wg = off_w + align1024(w_bytes);
+  // The copy groups' mbarriers: Q K V, T (+ scalars), P (chunked_forward_wg).
+  static constexpr std::size_t off_bar = off_wg + 2 * wg_bytes;
+  static constexpr std::size_t bytes = off_bar + 3 * sizeof(std::uint64_t);
   static_assert(bytes <= 227 * 1024, "shared-memory plan exceeds the per-block limit");
   // Two resident blocks where shared memory allows them and the state slice is small enough
   // for 128 registers a thread (ptxas reports no spill for these).
@@ -220,15 +246,16 @@ struct WgPlan {
 // instance 80 bytes of spills in the chunk loop).
 enum class WgMode { output, affine, debug };
 template <class E, int KP, int BV, WgMode kMode = WgMode::output>
-__global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunked_forward_wg(const ChunkedParams p) {
+__global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
+    chunked_forward_wg(const __grid_constant__ ChunkedParams p) {
   using L = WgPlan<E, KP, BV>;
   using R = typename L::Rec;
   static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
   static_assert(BV % 16 == 0 && BV <= 128, "BV is 16, 32, 64 or 128");
   static_assert(kThreads == 256, "two warpgroups");
   constexpr int NW = L::NW, NT = NW / 8, MH = KP / 64, KS = KP / 16, CS = kC / 16;
-  constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc;
-  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int VROW = L::v_row_bytes;
+  extern __shared__ __align__(1024) unsigned char smem[];
   E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
   E* const Ks0 = reinterpret_cast<E*>(smem + L::off_k0);
   E* const Ks1 = reinterpret_cast<E*>(smem + L::off_k1);
@@ -321,38 +348,78 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
   };
   write_state_operand();
 
-  // The chunk copies, each thread's share fixed once (ChunkCopies).
-  // Transition tiles: v = 0, zero-filled by the copies (no select in the X epilogue).
-  const ChunkCopies<E, KP, BV> copies(p, tid, h, j, transition ? 0 : v0, !transition);
-  auto issue_loads = [&](std::int64_t start, int c, E* Kdst) { copies.issue(start, c, Qs, Kdst, Vs, ldk, ldv); };
-  // Tiles [first, first + count) of the record of global chunk `chunk` (0 T hi, 1 T lo, 2 P),
-  // rows of 64 into rows of ldc; with_scalars adds the scalars. No commit.
-  constexpr int row_pieces = kC * sizeof(E) / 16;
-  constexpr int rows_pass_w = kThreads / row_pieces;
-  static_assert(kThreads % row_pieces == 0 && kC % rows_pass_w == 0, "record pieces tile the block");
-  const int w_row = tid / row_pieces, w_piece = tid % row_pieces;
-  auto issue_record = [&](std::int64_t chunk, int first, int count, bool with_scalars) {
-    const unsigned char* const src = p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
-    for (int tile = first; tile < first + count; ++tile)
+  // The chunk's copies run on the tensor memory accelerator, issued by thread 0 and completing
+  // on three mbarriers, one per copy group: Q K V (tensor copies of boxes of 64 tokens through
+  // the maps in ChunkedParams, 128-byte swizzle), T hi + T lo with the scalars, and P (bulk
+  // copies of the record, which the prepass stored swizzled). Each group is copied once per
+  // chunk into its one buffer (K: two), so its barrier completes once per chunk and a chunk
+  // waits on parity chunk_index & 1. (With 16-byte cp.async from every thread, the phase clock
+  // at H16 HV32 1 x 32768, BV 32, found 1300 of a chunk's 5800 cycles in the three points
+  // that issue them: the threads stalled while the copy queue drained. One bulk copy per row
+  // instead was slower still: ptxas serialises them lane by lane.)
+  // The maps zero-fill columns past K and tokens past T; tokens past the sequence's end (the
+  // next sequence's, in a packed batch) are zeroed at the top of the chunk that holds them,
+  // and the transition tiles' V (v = 0) once here.
+  std::uint64_t* const full_qkv = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
+  std::uint64_t* const full_t = full_qkv + 1;
+  std::uint64_t* const full_p = full_qkv + 2;
+  if (tid == 0) {
+    for (int b = 0; b < 3; ++b) bulk::barrier_init(full_qkv + b, 1);
+    bulk::fence_barrier_init();
+  }
+  if (transition)
+    for (int idx = tid; idx < int(L::v_bytes / 16); idx += kThreads)
+      reinterpret_cast<uint4*>(Vs)[idx] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();  // barriers initialised, V zeroed, before any copy
+  // Q, K (into Kdst) and V of the 64 tokens from `start`.
+  auto issue_loads = [&](std::int64_t start, E* Kdst) {
+    if (tid != 0) return;
+    bulk::fence_proxy_async();  // this thread's zeroing of the buffers' tail rows, before they are overwritten
+    bulk::arrive_expect_tx(full_qkv, unsigned(2 * L::q_bytes + (transition ? 0 : L::v_bytes)));
+    const int token = static_cast<int>(start);
 #pragma unroll
-      for (int pass = 0; pass < kC / rows_pass_w; ++pass) {
-        const int row = pass * rows_pass_w + w_row;
-        cp_async16(W + tile * L::c_bytes + row * (ldc * sizeof(E)) + w_piece * 16,
-                   src + tile * R::tile_bytes + row * (kC * sizeof(E)) + w_piece * 16, true);
-      }
-    if (with_scalars && tid < 6 * kC * 4 / 16)
-      cp_async16(W + L::w_off_scalar + tid * 16, src + R::rec_scalar + tid * 16, true);
+    for (int slab = 0; slab < KP / 64; ++slab) {
+      bulk::tensor_load_3d(Qs + slab * 64 * kC, &p.tmap_q, 64 * slab, h, token, full_qkv);
+      bulk::tensor_load_3d(Kdst + slab * 64 * kC, &p.tmap_k, 64 * slab, h, token, full_qkv);
+    }
+    if (!transition)
+#pragma unroll
+      for (int slab = 0; slab < (BV > 64 ? 2 : 1); ++slab)
+        bulk::tensor_load_3d(Vs + slab * 64 * kC, &p.tmap_v, v0 + 64 * slab, j, token, full_qkv);
+  };
+  // Rows [c, 64) of a swizzled tile of `bytes` (rows of row_bytes per slab, slabs of 64 rows),
+  // zeroed by the block; the rows stay within their 128-byte lines, so the swizzle is moot.
+  auto zero_rows = [&](E* tile, int row_bytes, int slabs, int c) {
+    const int pieces = row_bytes / 16, per_slab = (kC - c) * pieces;
+    for (int idx = tid; idx < slabs * per_slab; idx += kThreads) {
+      const int slab = idx / per_slab, rest = idx % per_slab;
+      *reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(tile) + slab * kC * row_bytes +
+                                (c + rest / pieces) * row_bytes + (rest % pieces) * 16) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  // The record of global chunk `chunk`: T hi + T lo (contiguous) with the scalars, or P.
+  auto record_src = [&](std::int64_t chunk) {
+    return p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
+  };
+  auto issue_record_t = [&](std::int64_t chunk) {
+    if (tid != 0) return;
+    constexpr unsigned scalar_bytes = 6 * kC * 4;
+    bulk::arrive_expect_tx(full_t, unsigned(2 * L::c_bytes) + scalar_bytes);
+    bulk::bulk_load(W + L::w_off_t, record_src(chunk) + R::rec_t, unsigned(2 * L::c_bytes), full_t);
+    bulk::bulk_load(W + L::w_off_scalar, record_src(chunk) + R::rec_scalar, scalar_bytes, full_t);
+  };
+  auto issue_record_p = [&](std::int64_t chunk) {
+    if (tid != 0) return;
+    bulk::arrive_expect_tx(full_p, unsigned(L::c_bytes));
+    bulk::bulk_load(W + L::w_off_p, record_src(chunk) + R::rec_p, unsigned(L::c_bytes), full_p);
   };
 
-  // Copy groups, oldest first: [Q, K, V, T, scalars of the first chunk] [its P], then per chunk
-  // [next Q, K, V] [next T, scalars] [next P]. A chunk waits for its P only before P Vnew.
+  // The first chunk's three groups; then per chunk, as soon as their buffers are free: the
+  // next Q K V, the next T and scalars, the next P. A chunk waits for its P only before P Vnew.
   if (bos < eos) {
-    const int c = static_cast<int>(eos - bos < kC ? eos - bos : kC);
-    issue_loads(bos, c, Ks0);
-    issue_record(first_chunk, 0, 2, true);
-    cp_async_commit();
-    issue_record(first_chunk, 2, 1, false);
-    cp_async_commit();
+    issue_loads(bos, Ks0);
+    issue_record_t(first_chunk);
+    issue_record_p(first_chunk);
   }
 
   int chunk_index = 0;
@@ -366,8 +433,18 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     // device's), so that of the segment's chunk is first_chunk + chunk_index.
     constexpr bool debug = kMode == WgMode::debug;
     const std::int64_t debug_chunk = debug ? first_chunk + chunk_index : 0;
-    cp_async_wait_group<1>();  // all but the newest group, the chunk's P
-    __syncthreads();  // the chunk's Q, K, V, T and scalars; every warpgroup's S0 operand
+    GDN_PHASE(0);
+    const unsigned parity = static_cast<unsigned>(chunk_index) & 1u;
+    bulk::wait(full_qkv, parity);
+    bulk::wait(full_t, parity);
+    if (c < kC) {  // the tokens past the sequence's end: zeros, not the next sequence's
+      zero_rows(Qs, 128, KP / 64, c);
+      zero_rows(Kc, 128, KP / 64, c);
+      if (!transition) zero_rows(Vs, VROW, BV > 64 ? 2 : 1, c);
+      bulk::fence_proxy_async();  // before the async proxy overwrites them (next chunk's copies)
+    }
+    __syncthreads();  // the chunk's Q, K, V, T and scalars (zeroed rows too); every warpgroup's S0 operand
+    GDN_PHASE(1);
 
     // The thread's rows i = 16 wl + g + 8 half: their scalars, kept in registers so that the
     // record buffer can take the next chunk's while this one runs.
@@ -395,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       std::uint32_t a[KS][4];
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks)
-        ldsm_x4(a[ks], Kc + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
+        ldsm_x4(a[ks], Kc + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, a[ks], wg::b_desc<NW>(Shi, ks), E{});
@@ -404,10 +481,11 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       wg::commit();
       wg::wait_all();
       wg::fence_operand(X);
+    GDN_PHASE(2);
       if constexpr (outputs) {
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks)
-          ldsm_x4(a[ks], Qs + (16 * wl + (lane & 15)) * ldk + 16 * ks + ((lane >> 4) << 3));
+          ldsm_x4(a[ks], Qs + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
         wg::fence();
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, a[ks], wg::b_desc<NW>(Shi, ks), E{});
@@ -416,6 +494,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       }
       wg::commit();  // (empty in pass 1)
     }
+    GDN_PHASE(3);
     if (debug && p.debug_S0) {
       float* dst = p.debug_S0 + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
       for_each_state([&](int r, int col, float& x0, float& x1) {
@@ -429,19 +508,18 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
         const float w = e_start[half] * r_k[half];
-        const float2 v = wg::load2(Vs + i * ldv + group * NW + col);
+        const float2 v = wg::load2(Vs + swizzled<VROW>(i, group * NW + col));
         const float x0 = beta[half] * (v.x - w * X[nt][2 * half]);
         const float x1 = beta[half] * (v.y - w * X[nt][2 * half + 1]);
         store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
       }
+    GDN_PHASE(4);
     wg::fence_async_shared();
     __syncthreads();  // Q and V are free (both warpgroups are past them); X is written
+    GDN_PHASE(5);
 
-    if (more) {
-      const int cn = static_cast<int>(eos - start - kC < kC ? eos - start - kC : kC);
-      issue_loads(start + kC, cn, Kn);
-      cp_async_commit();
-    }
+    if (more) issue_loads(start + kC, Kn);
+    GDN_PHASE(6);
 
     // --- Vnew = T hi X hi + T hi X lo + T lo X hi ------------------------------------------------
     float Vacc[NT][4];
@@ -450,8 +528,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       std::uint32_t at[CS][4], atl[CS][4];
 #pragma unroll
       for (int ks = 0; ks < CS; ++ks) {
-        ldsm_x4(at[ks], Ts + (16 * wl + (lane & 15)) * ldc + 16 * ks + ((lane >> 4) << 3));
-        ldsm_x4(atl[ks], Tlo + (16 * wl + (lane & 15)) * ldc + 16 * ks + ((lane >> 4) << 3));
+        ldsm_x4(at[ks], Ts + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
+        ldsm_x4(atl[ks], Tlo + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
       }
       wg::fence();
 #pragma unroll
@@ -461,14 +539,14 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
 #pragma unroll
       for (int ks = 0; ks < CS; ++ks) wg::mma_rs(Vacc, atl[ks], wg::b_desc<NW>(Xhi, ks), E{});
       wg::commit();
+      GDN_PHASE(7);
       __syncthreads();  // both warpgroups hold T in registers, the scalars too: the next record's T
-      if (more) {
-        issue_record(next, 0, 2, true);
-        cp_async_commit();
-      }
+      if (more) issue_record_t(next);
+      GDN_PHASE(8);
       wg::wait_all();
       wg::fence_operand(Vacc);
       wg::fence_operand(O);
+      GDN_PHASE(9);
     }
     // O's row scales (Q S0 is done with T X).
 #pragma unroll
@@ -480,6 +558,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         O[nt][2 * half + 1] *= wq;
       }
     wg::sync(group);  // every warp's T X is done: Vnew and Vnew_d hi may take X's places
+    GDN_PHASE(10);
     {
       float* dv = debug && p.debug_Vnew ? p.debug_Vnew + (debug_chunk * p.HV + j) * kC * p.V + wcol0 : nullptr;
 #pragma unroll
@@ -499,12 +578,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         }
     }
     wg::fence_async_shared();
-    // The chunk's P: newer groups are the next chunk's Q, K, V and T (when there is one).
-    if (more)
-      cp_async_wait_group<2>();
-    else
-      cp_async_wait_group<0>();
+    GDN_PHASE(11);
+    bulk::wait(full_p, parity);  // the chunk's P
     __syncthreads();  // Vnew, Vnew_d written (this warpgroup); P landed (every thread's share)
+    GDN_PHASE(12);
 
     // --- O += P Vnew (fp16: + P Vnew lo per k step); S = decay S + K^T Vnew_d (hi, then lo) ---
     {
@@ -512,10 +589,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
       const int i8 = lane >> 3, r8 = lane & 7;
 #pragma unroll
       for (int ks = 0; ks < CS; ++ks) {
-        ldsm_x4(ap[ks], Ps + (16 * wl + (lane & 15)) * ldc + 16 * ks + ((lane >> 4) << 3));
+        ldsm_x4(ap[ks], Ps + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
 #pragma unroll
         for (int mh = 0; mh < MH; ++mh)
-          ldsm_x4_t(akt[ks][mh], Kc + (16 * ks + r8 + ((i8 >> 1) << 3)) * ldk + 64 * mh + 16 * wl + ((i8 & 1) << 3));
+          ldsm_x4_t(akt[ks][mh], Kc + swizzled<128>(16 * ks + r8 + ((i8 >> 1) << 3), 64 * mh + 16 * wl + ((i8 & 1) << 3)));
       }
 #pragma unroll
       for (int mh = 0; mh < MH; ++mh)
@@ -542,14 +619,14 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
         }
       }
       wg::commit();
+      GDN_PHASE(13);
       __syncthreads();  // both warpgroups hold P in registers: the next record's P
-      if (more) {
-        issue_record(next, 2, 1, false);
-        cp_async_commit();
-      }
+      if (more) issue_record_p(next);
+      GDN_PHASE(14);
       wg::wait_group<1>();
 #pragma unroll
       for (int mh = 0; mh < MH; ++mh) wg::fence_operand(S[mh]);
+      GDN_PHASE(15);
     }
     if (debug && p.debug_S_end) {
       float* dst = p.debug_S_end + (debug_chunk * p.HV + j) * p.K * p.V + wcol0;
@@ -559,8 +636,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
     }
     // The next chunk's S0 operand: this chunk's S0 products finished before the second barrier.
     write_state_operand();
+    GDN_PHASE(16);
     wg::wait_all();
     wg::fence_operand(O);
+    GDN_PHASE(17);
     // O through shared memory, in the Vnew tile (P Vnew, its last reader, is done in every warp
     // of the warpgroup after the barrier), so that the global stores are 16-byte pieces, two
     // threads to a 32-byte sector (4-byte stores of the accumulator pairs stalled on the
@@ -592,6 +671,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks) chunk
               *reinterpret_cast<const uint4*>(Vn + wg::blocked<NW>(r, 8 * cb));
       }
     }
+    GDN_PHASE(18);
   }
 
   // Where the state ends (computed here: nothing of it stays live through the chunk loop).

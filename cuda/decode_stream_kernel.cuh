@@ -24,57 +24,15 @@
 #include <mutex>
 #include <tuple>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/recurrent_kernel.cuh"
 
 namespace gdn::cuda::detail {
 
+// The bulk-copy and mbarrier helpers (cuda/bulk_copy.cuh), under the name this kernel has
+// always used for them.
 namespace stream {
-
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void barrier_init(std::uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (the bulk copies' completions).
-__device__ __forceinline__ void fence_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void arrive(std::uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_address(bar)) : "memory");
-}
-__device__ __forceinline__ void arrive_expect_tx(std::uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void wait(std::uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "WAIT_LOOP:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-      "@!done bra WAIT_LOOP;\n}" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-}
-// global -> shared bulk copy of `bytes` (multiple of 16, both addresses 16-byte aligned),
-// completing on *bar as transaction bytes.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, std::uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_address(dst)),
-               "l"(src), "r"(bytes), "r"(smem_address(bar))
-               : "memory");
-}
-// The same with an L2 evict-first policy: a state is read once per launch.
-__device__ __forceinline__ void bulk_load_evict_first(void* dst, const void* src, unsigned bytes, std::uint64_t* bar) {
-  asm volatile(
-      "{\n\t.reg .b64 policy;\n\t"
-      "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], policy;\n}" ::"r"(
-          smem_address(dst)),
-      "l"(src), "r"(bytes), "r"(smem_address(bar))
-      : "memory");
-}
-
+using namespace bulk;
 }  // namespace stream
 
 // A consumer's take of stage s: wait for its bytes, copy this warp's slice into registers (or
