@@ -930,14 +930,21 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
     warp_gemm<1, 4, KP / 16, false, false>(kk, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
     warp_gemm<1, 4, KP / 16, false, false>(qk, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
     // A and P of each head from the same decays exp(gamma_i - gamma_j) (P's mask holds A's and
-    // the diagonal): one exp per element and head.
+    // the diagonal): one exp per element and head. The lane's 8 columns' r_k and gamma are loaded
+    // once (the stores to A in between kept the compiler from reusing them across rows).
     const int g8 = lane >> 2, t4 = lane & 3;
+    float rk_col[4][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) rk_col[nt][u] = rk[wn * 32 + nt * 8 + 2 * t4 + u];
+#pragma unroll 1
     for (int head = 0; head < heads; ++head) {
       const double* const gm = gam(head);
       const int* const sg = seg(head);
       const float* const bt = bet(head);
       float* const Ah = Af(head);
-      // P to its record (rows of 64, unpadded) from the registers.
+      // P to its record from the registers.
       E* const Ph = reinterpret_cast<E*>(p.ws_records + (g * p.HV + j0 + head) * static_cast<std::int64_t>(L::record_bytes) +
                                          L::rec_p);
 #pragma unroll
@@ -954,8 +961,8 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
           for (int u = 0; u < 2; ++u) {
             const bool inside = col + u <= i && col + u >= s;
             e[u] = inside ? expf(float(gi - gm[col + u])) : 0.f;
-            a[u] = (inside && col + u < i) ? base_a * e[u] * rk[col + u] * kk[0][nt][2 * half + u] : 0.f;
-            q[u] = inside ? base_p * e[u] * rk[col + u] * qk[0][nt][2 * half + u] : 0.f;
+            a[u] = (inside && col + u < i) ? base_a * e[u] * rk_col[nt][u] * kk[0][nt][2 * half + u] : 0.f;
+            q[u] = inside ? base_p * e[u] * rk_col[nt][u] * qk[0][nt][2 * half + u] : 0.f;
           }
           *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
           store2(Ph + record_at<E>(i, col), q[0], q[1]);
@@ -983,15 +990,19 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
   }
   __syncthreads();
 
-  // --- phase 3: block merges T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, by distance i - j -----------
-  auto merge = [&](int bi, int bj) {
+  // --- phase 3: block merges T_ij = -T_ii Y_ij, Y_ij = sum_{k=j}^{i-1} A_ik T_kj --------------------
+  // Three levels, each warp of a head busy at each: the terms of Y whose T_kj is already known
+  // are summed a level early by a warp that would otherwise wait, and the warp keeps Y in its
+  // registers to finish it (k increasing, the same order and bits as one merge), so the last
+  // level sums one term instead of three:
+  //   level 1: T10, T21, T32; warp 3: Y20 += A20 T00
+  //   level 2: warp 3: Y20 += A21 T10, T20; warp 1: T31; warp 0: Y30 += A30 T00 + A31 T10
+  //   level 3: warp 0: Y30 += A32 T20, T30
+  const int rr = lane >> 1, c0 = (lane & 1) * 8;
+  auto accumulate = [&](int bi, int bj, int kb_begin, int kb_end, float (&y)[8]) {
     const float* const Ah = Af(my_head);
-    float* const Th = Tf(my_head);
-    const int rr = lane >> 1, c0 = (lane & 1) * 8;
-    float y[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = 0.f;
-    for (int kb = bj; kb < bi; ++kb) {
+    const float* const Th = Tf(my_head);
+    for (int kb = kb_begin; kb < kb_end; ++kb) {
       const float* arow = Ah + (16 * bi + rr) * ldf + 16 * kb;
       const float* tb = Th + (16 * kb) * ldf + 16 * bj + c0;
 #pragma unroll
@@ -1009,8 +1020,11 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
         y[7] = fmaf(a, t1.w, y[7]);
       }
     }
+  };
+  auto finish = [&](int bi, int bj, const float (&y)[8]) {
+    float* const Th = Tf(my_head);
     // Row kk of Y is held by lanes 2 kk (columns 0-7) and 2 kk + 1 (8-15): shuffled over,
-    // summed in the same order as before (kk increasing).
+    // summed in kk increasing.
     float z[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) z[e] = 0.f;
@@ -1028,11 +1042,38 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
     __syncwarp();
   };
   const bool merger = my_head < heads;
-  if (merger && hw < 3) merge(hw + 1, hw);
+  float y[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) y[e] = 0.f;
+  if (merger) {  // level 1
+    if (hw < 3) {
+      accumulate(hw + 1, hw, hw, hw + 1, y);
+      finish(hw + 1, hw, y);
+    } else if (hw == 3) {
+      accumulate(2, 0, 0, 1, y);
+    }
+  }
   __syncthreads();
-  if (merger && hw < 2) merge(hw + 2, hw);
+  if (merger) {  // level 2
+    if (hw == 3) {
+      accumulate(2, 0, 1, 2, y);
+      finish(2, 0, y);
+    } else if (hw == 1) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = 0.f;
+      accumulate(3, 1, 1, 3, y);
+      finish(3, 1, y);
+    } else if (hw == 0) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = 0.f;
+      accumulate(3, 0, 0, 2, y);
+    }
+  }
   __syncthreads();
-  if (merger && hw == 0) merge(3, 0);
+  if (merger && hw == 0) {  // level 3
+    accumulate(3, 0, 2, 3, y);
+    finish(3, 0, y);
+  }
   __syncthreads();
 
   // --- the records of (g, j0 + head), and the debug A, T -------------------------------------------
@@ -1055,17 +1096,29 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
     // cancellation in T X (small K, beta near 2, no decay): one rounding of T or X to bf16 then
     // costs more than the input dtype's u in Vnew, so both are split and the forward computes
     // Vnew = T_hi X_hi + T_hi X_lo + T_lo X_hi (about 16 bits for bf16). Upper blocks are zero.
+    // Eight elements (16 bytes of each part) per thread and step: 16-byte global stores (4-byte
+    // ones were most of this phase's instructions).
     {
       E* const gt = reinterpret_cast<E*>(rec + L::rec_t);
       E* const gtlo = reinterpret_cast<E*>(rec + L::rec_tlo);
-      for (int idx = tid; idx < kC * (kC / 2); idx += kThreads) {
-        const int i = idx / (kC / 2), col = 2 * (idx % (kC / 2));
-        const bool lower = col / 16 <= i / 16;
-        const float t0 = lower ? Th[i * ldf + col] : 0.f, t1 = lower ? Th[i * ldf + col + 1] : 0.f;
-        if constexpr (L::split)
-          store_split(gt + record_at<E>(i, col), gtlo + record_at<E>(i, col), t0, t1);
-        else
-          store2(gt + record_at<E>(i, col), t0, t1);
+      for (int idx = tid; idx < kC * (kC / 8); idx += kThreads) {
+        const int i = idx / (kC / 8), col = 8 * (idx % (kC / 8));
+        float t[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (col / 16 <= i / 16) {
+          const float4 a = *reinterpret_cast<const float4*>(Th + i * ldf + col);
+          const float4 b = *reinterpret_cast<const float4*>(Th + i * ldf + col + 4);
+          t[0] = a.x, t[1] = a.y, t[2] = a.z, t[3] = a.w, t[4] = b.x, t[5] = b.y, t[6] = b.z, t[7] = b.w;
+        }
+        if constexpr (L::split) {
+          alignas(16) E hi[8], lo[8];
+#pragma unroll
+          for (int e = 0; e < 8; e += 2) store_split(hi + e, lo + e, t[e], t[e + 1]);
+          *reinterpret_cast<uint4*>(gt + record_at<E>(i, col)) = *reinterpret_cast<const uint4*>(hi);
+          *reinterpret_cast<uint4*>(gtlo + record_at<E>(i, col)) = *reinterpret_cast<const uint4*>(lo);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; e += 2) store2(gt + record_at<E>(i, col + e), t[e], t[e + 1]);
+        }
       }
     }
     if (tid < kC) {
