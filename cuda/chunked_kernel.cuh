@@ -72,6 +72,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/chunked_params.hpp"
 
 namespace gdn::cuda::detail::chunked {
@@ -403,6 +404,30 @@ __device__ __forceinline__ int record_at(int row, int col) {
     return row * kC + col;
 }
 
+// acc[0][NT][4] += A B^T over KSTEPS * 16 of k on tensor cores, A(m, k) and B(n, k) both in
+// swizzled<128> tiles (the prepass's q and k as the tensor copies leave them): warp_gemm's
+// fragments, k order and bits for !A_TRANS, !B_KN, MT = 1.
+template <int NT, int KSTEPS, class E>
+__device__ __forceinline__ void warp_gemm_swizzled(float (&acc)[1][NT][4], const E* A, const E* B, int row0, int col0,
+                                                   int lane) {
+  static_assert(Elem<E>::tensor && NT % 2 == 0, "bf16/fp16, pairs of n tiles");
+  const int i = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) {
+    const int k0 = ks * 16;
+    std::uint32_t af[4];
+    ldsm_x4(af, A + swizzled<128>(row0 + (lane & 15), k0 + ((lane >> 4) << 3)));
+#pragma unroll
+    for (int nt = 0; nt < NT; nt += 2) {
+      std::uint32_t tmp[4];
+      ldsm_x4(tmp, B + swizzled<128>(col0 + nt * 8 + r + ((i >> 1) << 3), k0 + ((i & 1) << 3)));
+      const std::uint32_t b0[2] = {tmp[0], tmp[1]}, b1[2] = {tmp[2], tmp[3]};
+      mma(acc[0][nt], af, b0, E{});
+      mma(acc[0][nt + 1], af, b1, E{});
+    }
+  }
+}
+
 // ----- shared memory plans -----------------------------------------------------------------
 
 constexpr std::size_t align128(std::size_t x) { return (x + 127) / 128 * 128; }
@@ -421,7 +446,11 @@ struct PrepPlan {
   static constexpr std::size_t es = sizeof(E);
   static constexpr int heads = HEADS;  // value heads per block
 
-  static constexpr std::size_t q_bytes = align128(std::size_t(kC) * ldk * es);
+  // bf16/fp16: q and k by tensor copies (the forward's maps), unpadded swizzled tiles
+  // (swizzled<128>, 1024-byte aligned); fp32: cp.async into rows of ldk.
+  static constexpr bool tma = Elem<E>::tensor;
+  static constexpr std::size_t q_bytes =
+      tma ? std::size_t(KP) * kC * es : align128(std::size_t(kC) * ldk * es);
   static constexpr std::size_t f_bytes = align128(std::size_t(kC) * ldf * 4);
   // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay.
   // r_q and r_k are the pair's (head 0's arrays serve both).
@@ -440,7 +469,8 @@ struct PrepPlan {
   // slots 45% busy, the warps waiting on the inverse's serial steps and the barriers around them).
   static constexpr std::size_t off_a = off_q + qkt_bytes;              // + head * f_bytes
   static constexpr std::size_t off_scalar = off_a + heads * f_bytes;    // + head * scalar_bytes
-  static constexpr std::size_t bytes = off_scalar + heads * scalar_bytes;
+  static constexpr std::size_t off_bar = off_scalar + heads * scalar_bytes;  // the copies' mbarrier
+  static constexpr std::size_t bytes = off_bar + 8;
   // Three where shared memory allows (bf16/fp16; fp32's q, k tiles are twice as large: two).
   static constexpr int smem_blocks = int(kChunkedSmemPerSM / (bytes + kChunkedSmemReservedPerBlock));
   static constexpr int min_blocks = smem_blocks < 3 ? (smem_blocks < 1 ? 1 : smem_blocks) : 3;
@@ -754,11 +784,12 @@ inline std::size_t combine_shared_bytes(int K) {
 // ----- the prepass --------------------------------------------------------------------------
 
 template <class E, int KP, int HEADS>
-__global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) chunked_prepare(const ChunkedParams p) {
+__global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
+    chunked_prepare(const __grid_constant__ ChunkedParams p) {
   using L = PrepPlan<E, KP, HEADS>;
   static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
   constexpr int ldk = L::ldk, ldf = L::ldf;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
   E* const Ks = reinterpret_cast<E*>(smem + L::off_k);
   auto Af = [&](int head) { return reinterpret_cast<float*>(smem + L::off_a + head * L::f_bytes); };
@@ -801,7 +832,22 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
   const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
   const int h = j0 / p.group;  // the pair's heads share it: group is even, j0 too
 
-  {
+  std::uint64_t* const copied = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
+  if constexpr (L::tma) {
+    // One thread issues the chunk's q and k boxes (zeros past K and past T): the block's other
+    // threads issue nothing (16-byte cp.async from every thread stalled them while the copy
+    // queue drained, as in the forward).
+    if (tid == 0) {
+      bulk::barrier_init(copied, 1);
+      bulk::fence_barrier_init();
+      bulk::arrive_expect_tx(copied, unsigned(2 * L::q_bytes));
+#pragma unroll
+      for (int slab = 0; slab < KP / 64; ++slab) {
+        bulk::tensor_load_3d(Qs + slab * 64 * kC, &p.tmap_q, 64 * slab, h, static_cast<int>(start), copied);
+        bulk::tensor_load_3d(Ks + slab * 64 * kC, &p.tmap_k, 64 * slab, h, static_cast<int>(start), copied);
+      }
+    }
+  } else {
     const E* const qg = static_cast<const E*>(p.q);
     const E* const kg = static_cast<const E*>(p.k);
     constexpr int per = 16 / sizeof(E);
@@ -823,7 +869,21 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
   const float A_log = p.fused_gates && scanner ? p.A_log[jg] : 0.f;
   const float dt_bias = p.fused_gates && scanner ? p.dt_bias[jg] : 0.f;
   const float decay_rate = p.fused_gates ? expf(A_log) : 0.f;
-  cp_async_wait_all();
+  if constexpr (L::tma) {
+    __syncthreads();  // the barrier's initialisation, before anyone waits on it
+    bulk::wait(copied, 0);
+    if (c < kC) {  // the next sequence's tokens: zeros (uniform over the block)
+      constexpr int pieces = 8;  // 16-byte pieces per 128-byte row of a slab
+      const int per_slab = (kC - c) * pieces;
+      for (int idx = tid; idx < 2 * (KP / 64) * per_slab; idx += kThreads) {
+        const int tile = idx / per_slab, rest = idx % per_slab;  // tile: Q slabs, then K slabs
+        E* const base = (tile < KP / 64 ? Qs : Ks) + (tile % (KP / 64)) * 64 * kC;
+        *reinterpret_cast<uint4*>(base + (c + rest / pieces) * 64 + (rest % pieces) * 8) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  } else {
+    cp_async_wait_all();
+  }
   __syncthreads();
 
   // --- phase 0: gates, cumulative decay (per head), norms (shared) ----------------------------
@@ -902,8 +962,9 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
 #pragma unroll
       for (int m = 0; m < KP / 4; m += per) {
         const int col = part * (KP / 4) + m;
-        sum_squares(*reinterpret_cast<const uint4*>(Qs + row * ldk + col), sq, E{});
-        sum_squares(*reinterpret_cast<const uint4*>(Ks + row * ldk + col), sk, E{});
+        const int at = L::tma ? swizzled<128>(row, col) : row * ldk + col;
+        sum_squares(*reinterpret_cast<const uint4*>(Qs + at), sq, E{});
+        sum_squares(*reinterpret_cast<const uint4*>(Ks + at), sk, E{});
       }
 #pragma unroll
       for (int d = 1; d < 4; d <<= 1) {
@@ -927,8 +988,13 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
     float kk[1][4][4], qk[1][4][4];
     zero(kk);
     zero(qk);
-    warp_gemm<1, 4, KP / 16, false, false>(kk, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
-    warp_gemm<1, 4, KP / 16, false, false>(qk, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
+    if constexpr (L::tma) {
+      warp_gemm_swizzled<4, KP / 16>(kk, Ks, Ks, row0, wn * 32, lane);
+      warp_gemm_swizzled<4, KP / 16>(qk, Qs, Ks, row0, wn * 32, lane);
+    } else {
+      warp_gemm<1, 4, KP / 16, false, false>(kk, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
+      warp_gemm<1, 4, KP / 16, false, false>(qk, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
+    }
     // A and P of each head from the same decays exp(gamma_i - gamma_j) (P's mask holds A's and
     // the diagonal): one exp per element and head. The lane's 8 columns' r_k and gamma are loaded
     // once (the stores to A in between kept the compiler from reusing them across rows).
@@ -956,13 +1022,16 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks) 
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int col = wn * 32 + nt * 8 + 2 * t4;
-          float e[2], a[2], q[2];
+          float a[2], q[2];
 #pragma unroll
           for (int u = 0; u < 2; ++u) {
+            // Outside the mask the exponent is -inf (exp gives 0): no branch around the exp,
+            // and no overflow from the upper triangle's positive gamma_i - gamma_j.
             const bool inside = col + u <= i && col + u >= s;
-            e[u] = inside ? expf(float(gi - gm[col + u])) : 0.f;
-            a[u] = (inside && col + u < i) ? base_a * e[u] * rk_col[nt][u] * kk[0][nt][2 * half + u] : 0.f;
-            q[u] = inside ? base_p * e[u] * rk_col[nt][u] * qk[0][nt][2 * half + u] : 0.f;
+            const float w = expf(inside ? float(gi - gm[col + u]) : -INFINITY) * rk_col[nt][u];
+            // Selects, not products with 0: a NaN in a later token's q or k stays out of row i.
+            a[u] = (inside && col + u < i) ? base_a * w * kk[0][nt][2 * half + u] : 0.f;
+            q[u] = inside ? base_p * w * qk[0][nt][2 * half + u] : 0.f;
           }
           *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
           store2(Ph + record_at<E>(i, col), q[0], q[1]);
