@@ -11,7 +11,8 @@
 //     warpgroups share only the chunk's Q, K, V and prepass record (block barriers around their
 //     copies); their B operands (S0, X, Vnew) are private.
 //   - Each product is wgmma.m64nNk16 with N = BV/2: A (K, Q, T, P or K^T) from registers,
-//     loaded by ldmatrix from the padded row-major tiles as before; B from shared memory through
+//     loaded by ldmatrix from the swizzled tiles the copies deliver (tensor copies of Q, K, V,
+//     bulk copies of the record; swizzled<>, chunked_kernel.cuh); B from shared memory through
 //     a matrix descriptor. One warpgroup reads each B tile once per 64 rows, where mma.sync had
 //     every warp read its own fragments: chunked_forward moved about 1.15 MB of shared memory
 //     per chunk at K = BV = 128 and ncu found it latency-bound (2 warps per scheduler, tensor
