@@ -1202,7 +1202,8 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   }
 }
 
-// The forward kernels' per-chunk copies of Q, K and the block's V columns, with each thread's
+// The fp32 forward's per-chunk copies of Q, K and the block's V columns (bf16/fp16 use tensor
+// copies, chunked_wgmma.cuh), with each thread's
 // share fixed once: thread tid copies the same 16-byte pieces (same row within its pass, same
 // column) of every chunk, so the index arithmetic is done here and a chunk adds only its start
 // (ncu at the low-parallelism shape put ~38% of the forward's instructions on recomputing it per
@@ -1280,7 +1281,9 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
   constexpr int ldk = L::ldk, ldv = L::ldv, ldc = L::ldc;
   constexpr int MTS = KP / 64;  // state m-tiles per warp (4 warps down K)
   constexpr int NTV = BV / 16;  // n-tiles per warp on BV (2 warps across)
-  extern __shared__ __align__(128) unsigned char smem[];
+  // The same 1024-byte alignment as the other kernels' declarations of `smem` (one symbol:
+  // a different alignment here is a warning and means nothing to the fp32 plan, which needs 128).
+  extern __shared__ __align__(1024) unsigned char smem[];
   E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
   E* const Ks0 = reinterpret_cast<E*>(smem + L::off_k0);
   E* const Ks1 = reinterpret_cast<E*>(smem + L::off_k1);
