@@ -10,18 +10,24 @@
 //     columns: X = K S0 and O = Q S0, Vnew = T X, O += P Vnew, S = decay S + K^T Vnew_d. The
 //     warpgroups share only the chunk's Q, K, V and prepass record (block barriers around their
 //     copies); their B operands (S0, X, Vnew) are private.
-//   - Each product is wgmma.m64nNk16 with N = BV/2: A (K, Q, T, P or K^T) from registers,
-//     loaded by ldmatrix from the swizzled tiles the copies deliver (tensor copies of Q, K, V,
-//     bulk copies of the record; swizzled<>, chunked_kernel.cuh); B from shared memory through
-//     a matrix descriptor. One warpgroup reads each B tile once per 64 rows, where mma.sync had
-//     every warp read its own fragments: chunked_forward moved about 1.15 MB of shared memory
-//     per chunk at K = BV = 128 and ncu found it latency-bound (2 warps per scheduler, tensor
-//     pipe 37% busy).
+//   - Each product is wgmma.m64nNk16 with N = BV/2, B from shared memory through a matrix
+//     descriptor. A (K, Q, T, P) is read by the wgmma from the swizzled tiles the copies
+//     deliver (tensor copies of Q, K, V, bulk copies of the record; swizzled<>,
+//     chunked_kernel.cuh) through a 128-byte-swizzle descriptor (a_desc_sw128); only K^T of the
+//     state update goes through registers (ldmatrix.trans). One warpgroup reads each B tile
+//     once per 64 rows, where mma.sync had every warp read its own fragments: chunked_forward
+//     moved about 1.15 MB of shared memory per chunk at K = BV = 128 and ncu found it
+//     latency-bound (2 warps per scheduler, tensor pipe 37% busy). A in registers (ldmatrix)
+//     pinned up to 32 registers a thread while a product ran on under an epilogue; at BV 128
+//     ptxas then spilled the X epilogue's addresses and ran it one load-use-store at a time
+//     (2500 of a chunk's 12900 cycles, phase clock at 4 x 8192).
 //   - B operands live in wgmma's no-swizzle MN-major layout (below), written by the epilogues
 //     with 4-byte stores that are bank-conflict free.
 //   - The record (T hi, T lo, P, scalars) has one buffer: each thread keeps its rows' scalars
-//     in registers, T and P go to registers as A fragments, and the next chunk's T (with its
-//     scalars) and P are copied as soon as both warpgroups hold this chunk's.
+//     in registers, and the next chunk's T (with its scalars) and P are copied as soon as both
+//     warpgroups' products that read this chunk's are done (T X; P Vnew). Q, V and the next K
+//     buffer are refilled at the same point as T (Q S0 is done by then, and V was read by the
+//     X epilogue).
 // Each output element is still reduced in one fixed order (k steps of 16 in increasing k, the
 // hi pass before the lo pass) that depends neither on the V tile nor on the batch.
 #include <cuda_bf16.h>
@@ -78,6 +84,19 @@ __device__ __forceinline__ std::uint64_t b_desc(const void* tile, int ks) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(tile)) + unsigned(ks) * 32u * NW;
   return std::uint64_t((address & 0x3FFFF) >> 4) | (std::uint64_t((NW * 16) >> 4) << 16) |
          (std::uint64_t(128 >> 4) << 32);
+}
+
+// Descriptor of k step ks (16 columns) of a K-major A tile of 64 rows as the tensor copies (and
+// the prepass's record stores) leave it: slabs of 64 columns, rows of 128 bytes, 128-byte swizzle
+// (swizzled<128>), 1024-byte aligned. Groups of 8 rows are 1024 bytes apart (stride byte offset;
+// the leading byte offset is unused for swizzled K-major tiles), and a k step within a slab moves
+// the start address by 32 bytes: the hardware applies the swizzle to the address bits, as the
+// copies did.
+__device__ __forceinline__ std::uint64_t a_desc_sw128(const void* tile, int ks) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(tile)) + unsigned(ks >> 2) * 8192u +
+                           unsigned(ks & 3) * 32u;
+  return std::uint64_t((address & 0x3FFFF) >> 4) | (std::uint64_t(1) << 16) | (std::uint64_t(1024 >> 4) << 32) |
+         (std::uint64_t(1) << 62);
 }
 
 // D[64 x 8 NT] (+)= A[64 x 16] B[16 x 8 NT], fp32 accumulators, A from registers (the mma.sync
@@ -163,11 +182,56 @@ __device__ __forceinline__ void mma_rs(float (&d)[8][4], const std::uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
+// The same with A from shared memory too (a_desc_sw128: K-major, imm-trans-a 0): no A fragments
+// in registers, which the BV 128 instance could not spare (ptxas spilled the X epilogue's
+// addresses and ran it one load-use-store at a time).
+// One instance per input type (PTX type name PT): the asm strings differ only in it.
+#define GDN_WGMMA_SS(E, PT) \
+  __device__ __forceinline__ void mma_ss(float (&d)[1][4], std::uint64_t a, std::uint64_t b, E) { \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32." PT "." PT " {" \
+                 "%0, %1, %2, %3" \
+                 "}, %4, %5, 1, 1, 1, 0, 1;\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]) \
+                 : "l"(a), "l"(b)); \
+  } \
+  __device__ __forceinline__ void mma_ss(float (&d)[2][4], std::uint64_t a, std::uint64_t b, E) { \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32." PT "." PT " {" \
+                 "%0, %1, %2, %3, %4, %5, %6, %7" \
+                 "}, %8, %9, 1, 1, 1, 0, 1;\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]) \
+                 : "l"(a), "l"(b)); \
+  } \
+  __device__ __forceinline__ void mma_ss(float (&d)[4][4], std::uint64_t a, std::uint64_t b, E) { \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32." PT "." PT " {" \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+                 "}, %16, %17, 1, 1, 1, 0, 1;\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]) \
+                 : "l"(a), "l"(b)); \
+  } \
+  __device__ __forceinline__ void mma_ss(float (&d)[8][4], std::uint64_t a, std::uint64_t b, E) { \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." PT "." PT " {" \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+                 "}, %32, %33, 1, 1, 1, 0, 1;\n" \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+                 : "l"(a), "l"(b)); \
+  }
+GDN_WGMMA_SS(__nv_bfloat16, "bf16")
+GDN_WGMMA_SS(__half, "f16")
+#undef GDN_WGMMA_SS
 
-__device__ __forceinline__ float2 load2(const __nv_bfloat16* p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-}
-__device__ __forceinline__ float2 load2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 x) { return __bfloat1622float2(x); }
+__device__ __forceinline__ float2 to_float2(__half2 x) { return __half22float2(x); }
 
 }  // namespace wg
 
@@ -251,6 +315,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     chunked_forward_wg(const __grid_constant__ ChunkedParams p) {
   using L = WgPlan<E, KP, BV>;
   using R = typename L::Rec;
+  using E2 = std::conditional_t<std::is_same_v<E, __half>, __half2, __nv_bfloat162>;
   static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
   static_assert(BV % 16 == 0 && BV <= 128, "BV is 16, 32, 64 or 128");
   static_assert(kThreads == 256, "two warpgroups");
@@ -466,32 +531,23 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     wg::zero(X);
     wg::zero(O);
     {
-      // X (on the state's chain) first; then O, whose Q fragments take the K fragments'
-      // registers once X is done (one set of A fragments live at a time: at BV 128 loading
-      // both up front spilled), and which runs on while the X epilogue does (O is waited for
-      // with T X).
-      std::uint32_t a[KS][4];
-#pragma unroll
-      for (int ks = 0; ks < KS; ++ks)
-        ldsm_x4(a[ks], Kc + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
+      // X (on the state's chain) first; then O, which runs on while the X epilogue does (O is
+      // waited for with T X). K and Q are A operands straight from their swizzled tiles.
       wg::fence();
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, a[ks], wg::b_desc<NW>(Shi, ks), E{});
+      for (int ks = 0; ks < KS; ++ks) wg::mma_ss(X, wg::a_desc_sw128(Kc, ks), wg::b_desc<NW>(Shi, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_rs(X, a[ks], wg::b_desc<NW>(Slo, ks), E{});
+      for (int ks = 0; ks < KS; ++ks) wg::mma_ss(X, wg::a_desc_sw128(Kc, ks), wg::b_desc<NW>(Slo, ks), E{});
       wg::commit();
       wg::wait_all();
       wg::fence_operand(X);
     GDN_PHASE(2);
       if constexpr (outputs) {
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks)
-          ldsm_x4(a[ks], Qs + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
         wg::fence();
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, a[ks], wg::b_desc<NW>(Shi, ks), E{});
+        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qs, ks), wg::b_desc<NW>(Shi, ks), E{});
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) wg::mma_rs(O, a[ks], wg::b_desc<NW>(Slo, ks), E{});
+        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qs, ks), wg::b_desc<NW>(Slo, ks), E{});
       }
       wg::commit();  // (empty in pass 1)
     }
@@ -502,49 +558,56 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
         if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
       });
     }
-    // X = diag(beta) (V - diag(e_start r_k) K S0), to the input dtype as hi + lo.
+    // X = diag(beta) (V - diag(e_start r_k) K S0), to the input dtype as hi + lo. The thread's
+    // V pairs are all loaded before any is used.
+    {
+      E2 v[NT][2];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
-        const float w = e_start[half] * r_k[half];
-        const float2 v = wg::load2(Vs + swizzled<VROW>(i, group * NW + col));
-        const float x0 = beta[half] * (v.x - w * X[nt][2 * half]);
-        const float x1 = beta[half] * (v.y - w * X[nt][2 * half + 1]);
-        store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
-      }
+        for (int half = 0; half < 2; ++half)
+          v[nt][half] = *reinterpret_cast<const E2*>(Vs + swizzled<VROW>(16 * wl + g + 8 * half, group * NW + 8 * nt + 2 * t));
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * wl + g + 8 * half, col = 8 * nt + 2 * t;
+          const float w = e_start[half] * r_k[half];
+          const float2 vf = wg::to_float2(v[nt][half]);
+          const float x0 = beta[half] * (vf.x - w * X[nt][2 * half]);
+          const float x1 = beta[half] * (vf.y - w * X[nt][2 * half + 1]);
+          store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
+        }
+    }
     GDN_PHASE(4);
     wg::fence_async_shared();
-    __syncthreads();  // Q and V are free (both warpgroups are past them); X is written
+    wg::sync(group);  // X is written
     GDN_PHASE(5);
-
-    if (more) issue_loads(start + kC, Kn);
     GDN_PHASE(6);
 
     // --- Vnew = T hi X hi + T hi X lo + T lo X hi ------------------------------------------------
     float Vacc[NT][4];
     wg::zero(Vacc);
     {
-      std::uint32_t at[CS][4], atl[CS][4];
-#pragma unroll
-      for (int ks = 0; ks < CS; ++ks) {
-        ldsm_x4(at[ks], Ts + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
-        ldsm_x4(atl[ks], Tlo + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
-      }
       wg::fence();
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_rs(Vacc, at[ks], wg::b_desc<NW>(Xhi, ks), E{});
+      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Ts, ks), wg::b_desc<NW>(Xhi, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_rs(Vacc, at[ks], wg::b_desc<NW>(Xlo, ks), E{});
+      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Ts, ks), wg::b_desc<NW>(Xlo, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_rs(Vacc, atl[ks], wg::b_desc<NW>(Xhi, ks), E{});
+      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tlo, ks), wg::b_desc<NW>(Xhi, ks), E{});
       wg::commit();
       GDN_PHASE(7);
-      __syncthreads();  // both warpgroups hold T in registers, the scalars too: the next record's T
-      if (more) issue_record_t(next);
-      GDN_PHASE(8);
       wg::wait_all();
+      // Both warpgroups' T X and Q S0 are done (their wgmma read T and Q from shared memory),
+      // the scalars are in registers and V was read by the X epilogue: the next chunk's Q, K,
+      // V and T (K into the other buffer: this chunk's K is read again for K^T).
+      __syncthreads();
+      if (more) {
+        issue_loads(start + kC, Kn);
+        issue_record_t(next);
+      }
+      GDN_PHASE(8);
       wg::fence_operand(Vacc);
       wg::fence_operand(O);
       GDN_PHASE(9);
@@ -586,11 +649,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
 
     // --- O += P Vnew (fp16: + P Vnew lo per k step); S = decay S + K^T Vnew_d (hi, then lo) ---
     {
-      std::uint32_t ap[CS][4], akt[CS][MH][4];
+      std::uint32_t akt[CS][MH][4];
       const int i8 = lane >> 3, r8 = lane & 7;
 #pragma unroll
       for (int ks = 0; ks < CS; ++ks) {
-        ldsm_x4(ap[ks], Ps + swizzled<128>(16 * wl + (lane & 15), 16 * ks + ((lane >> 4) << 3)));
 #pragma unroll
         for (int mh = 0; mh < MH; ++mh)
           ldsm_x4_t(akt[ks][mh], Kc + swizzled<128>(16 * ks + r8 + ((i8 >> 1) << 3), 64 * mh + 16 * wl + ((i8 & 1) << 3)));
@@ -615,14 +677,12 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
       if constexpr (outputs) {
 #pragma unroll
         for (int ks = 0; ks < CS; ++ks) {
-          wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vn, ks), E{});
-          if constexpr (L::split_pv) wg::mma_rs(O, ap[ks], wg::b_desc<NW>(Vnlo, ks), E{});
+          wg::mma_ss(O, wg::a_desc_sw128(Ps, ks), wg::b_desc<NW>(Vn, ks), E{});
+          if constexpr (L::split_pv) wg::mma_ss(O, wg::a_desc_sw128(Ps, ks), wg::b_desc<NW>(Vnlo, ks), E{});
         }
       }
       wg::commit();
       GDN_PHASE(13);
-      __syncthreads();  // both warpgroups hold P in registers: the next record's P
-      if (more) issue_record_p(next);
       GDN_PHASE(14);
       wg::wait_group<1>();
 #pragma unroll
@@ -640,6 +700,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     GDN_PHASE(16);
     wg::wait_all();
     wg::fence_operand(O);
+    __syncthreads();  // both warpgroups' P Vnew are done (their wgmma read P): the next record's P
+    if (more) issue_record_p(next);
     GDN_PHASE(17);
     // O through shared memory, in the Vnew tile (P Vnew, its last reader, is done in every warp
     // of the warpgroup after the barrier), so that the global stores are 16-byte pieces, two
