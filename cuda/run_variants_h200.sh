@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One device call that compares kernel variants packed by cuda/pack_variants.sh
+# (.carry-chunk/variant_NAME.tar.xz; carry them), from the repository root on the device machine:
+#   1. the chunked benchmark of every variant, GDN_ROUNDS rounds (default 2), the variants in
+#      turn within each round, so that a drift of the GPU's clock between them shows up as a
+#      difference between rounds rather than between variants;
+#   2. the chunked GPU tests of every variant at GDN_CASES random cases (default 100).
+# Writes $OUT/variant_NAME.log (benchmark rounds, then the tests' output) and $OUT/variants.txt
+# (one line per variant, benchmark and shape: the manual times of each round, then the test
+# verdict). Few files: a call brings back only a handful.
+# Environment: GDN_BENCH_FILTER (default the six issue-4 shapes at the automatic V tile, with and
+# without the automatic split), GDN_BENCH_TIMEOUT (s per variant and round, default 100),
+# GDN_TEST_TIMEOUT (s per variant, default 150).
+set -u -o pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+FILTER=${GDN_BENCH_FILTER:-'BM_chunked/shape:[0-5]/value_tile:0/split:(0|-1)/'}
+ROUNDS=${GDN_ROUNDS:-2}
+CASES=${GDN_CASES:-100}
+names=()
+for pack in .carry-chunk/variant_*.tar.xz; do
+  [[ -e $pack ]] || { echo "run_variants: no .carry-chunk/variant_*.tar.xz" >&2; exit 3; }
+  name=$(basename "$pack" .tar.xz)
+  name=${name#variant_}
+  mkdir -p "/tmp/variants/$name" && tar -C "/tmp/variants/$name" -xJf "$pack" || exit 3
+  names+=("$name")
+  echo "== variant $name ($(date -u +%H:%M:%S))" > "$OUT/variant_$name.log"
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | head -1 > "$OUT/variants.txt"
+
+for ((round = 1; round <= ROUNDS; ++round)); do
+  for name in "${names[@]}"; do
+    B=/tmp/variants/$name
+    echo "== round $round benchmark ($(date -u +%H:%M:%S))" >> "$OUT/variant_$name.log"
+    LD_LIBRARY_PATH=$B timeout "${GDN_BENCH_TIMEOUT:-100}" "$B/cuda_chunked_bench" --benchmark_filter="$FILTER" \
+      --benchmark_min_time=0.1 >> "$OUT/variant_$name.log" 2>&1
+    echo "bench exit $?" >> "$OUT/variant_$name.log"
+  done
+done
+for name in "${names[@]}"; do
+  B=/tmp/variants/$name
+  echo "== tests, $CASES cases ($(date -u +%H:%M:%S))" >> "$OUT/variant_$name.log"
+  GDN_CASES=$CASES LD_LIBRARY_PATH=$B timeout "${GDN_TEST_TIMEOUT:-150}" "$B/cuda_chunked_gpu_tests" -r compact \
+    > "/tmp/variants/$name.tests" 2>&1
+  code=$?
+  cat "/tmp/variants/$name.tests" >> "$OUT/variant_$name.log"
+  echo "tests exit $code" >> "$OUT/variant_$name.log"
+done
+
+# The summary: per variant and benchmark, the manual time of each round; then the tests' last line.
+for name in "${names[@]}"; do
+  awk -v name="$name" '/^BM_/ { t[$1] = t[$1] " " $2 " " $3; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+    END { for (i = 1; i <= n; ++i) print name, order[i], t[order[i]] }' "$OUT/variant_$name.log" >> "$OUT/variants.txt"
+  echo "$name tests: $(grep -E 'test cases|exit' "$OUT/variant_$name.log" | tail -2 | tr '\n' ' ')" >> "$OUT/variants.txt"
+done
+cat "$OUT/variants.txt"
