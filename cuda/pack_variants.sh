@@ -5,29 +5,43 @@
 #
 # Each NAME=PATCH gets a detached worktree of HEAD under /tmp/gdn-variants/NAME with PATCH
 # applied (nothing for "NAME="), configured in Release like build/, and its
-# cuda_chunked_bench and cuda_chunked_gpu_tests built and packed with libbenchmark into
-# .carry-chunk/variant_NAME.tar.xz (cuda/pack.sh; about 11 MB each, and one call carries at
-# most 64 MiB). The worktree is removed afterwards; stale variant packs are not.
+# cuda_chunked_bench and cuda_chunked_gpu_tests built; the worktree is removed afterwards.
+# The binaries (debug info stripped, with libbenchmark beside them and VARIANT.txt saying what
+# was built) go to NAME/ in one archive, .carry-chunk/variants.tar.xz, written atomically.
+# Why one archive: a call carries at most 64 MiB with the tracked files (about 44 MB of them),
+# one variant's pack is about 9.5 MB, and the variants share all but their forward kernels,
+# which one xz window over all of them stores once (four variants: 15 MB).
 # Why worktrees: each variant compiles every kernel instance from its own sources, so the
 # comparison runs binaries that differ only by the patch, in one call, on one clock.
 set -eu
 ROOT=$(git rev-parse --show-toplevel)
-mkdir -p "$ROOT/.carry-chunk" /tmp/gdn-variants
+STAGE=/tmp/gdn-variants/stage
+rm -rf "$STAGE"
+mkdir -p "$ROOT/.carry-chunk" "$STAGE"
 for spec in "$@"; do
   name=${spec%%=*}
   patch=${spec#*=}
-  [[ $spec == *=* && -n $name ]] || { echo "pack_variants: expected NAME=PATCH, got '$spec'" >&2; exit 2; }
+  [[ $spec == *=* && $name =~ ^[A-Za-z0-9_-]+$ ]] || { echo "pack_variants: expected NAME=PATCH, got '$spec'" >&2; exit 2; }
   dir=/tmp/gdn-variants/$name
   git -C "$ROOT" worktree remove --force "$dir" 2>/dev/null || rm -rf "$dir"
+  git -C "$ROOT" worktree prune
   git -C "$ROOT" worktree add -q --detach "$dir" HEAD
   if [[ -n $patch ]]; then
     git -C "$dir" apply "$(realpath "$patch")"
   fi
-  echo "== $name: $(git -C "$dir" rev-parse --short HEAD)${patch:+ + $patch}"
+  what="$name: $(git -C "$ROOT" rev-parse --short HEAD)${patch:+ + $(basename "$patch")}"
+  echo "== $what"
   cmake -S "$dir" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release > "/tmp/gdn-variants/$name.configure.log"
   cmake --build "$dir/build" -j2 --target cuda_chunked_bench cuda_chunked_gpu_tests > "/tmp/gdn-variants/$name.build.log" 2>&1 ||
     { tail -30 "/tmp/gdn-variants/$name.build.log" >&2; exit 1; }
-  bash "$ROOT/cuda/pack.sh" "$ROOT/.carry-chunk/variant_$name.tar.xz" "$dir/build" \
-    cuda_chunked_gpu_tests cuda_chunked_bench libbenchmark.so.1debian
+  mkdir -p "$STAGE/$name"
+  cp "$dir/build/cuda/cuda_chunked_gpu_tests" "$dir/build/cuda/cuda_chunked_bench" \
+    "$dir/build/cuda/libbenchmark.so.1debian" "$STAGE/$name/"
+  strip --strip-debug "$STAGE/$name"/cuda_*
+  echo "$what" > "$STAGE/$name/VARIANT.txt"
   git -C "$ROOT" worktree remove --force "$dir"
 done
+OUT=$ROOT/.carry-chunk/variants.tar.xz
+tar -C "$STAGE" -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"
+rm -rf "$STAGE"
+ls -la "$OUT"

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One device call that compares kernel variants packed by cuda/pack_variants.sh
-# (.carry-chunk/variant_NAME.tar.xz; carry them), from the repository root on the device machine:
+# (.carry-chunk/variants.tar.xz, one folder per variant; carry it), from the repository root on
+# the device machine:
 #   1. the chunked benchmark of every variant, GDN_ROUNDS rounds (default 2), the variants in
 #      turn within each round, so that a drift of the GPU's clock between them shows up as a
 #      difference between rounds rather than between variants;
 #   2. the chunked GPU tests of every variant at GDN_CASES random cases (default 100).
-# Writes $OUT/variant_NAME.log (benchmark rounds, then the tests' output) and $OUT/variants.txt
-# (one line per variant, benchmark and shape: the manual times of each round, then the test
-# verdict). Few files: a call brings back only a handful.
+# Writes $OUT/variant_NAME.log (what was built, the benchmark rounds, then the tests' output)
+# and $OUT/variants.txt (one line per variant, benchmark and shape: the manual times of each
+# round; then each variant's test verdict). Few files: a call brings back at most 8.
 # Environment: GDN_BENCH_FILTER (default the six issue-4 shapes at the automatic V tile, with and
 # without the automatic split), GDN_BENCH_TIMEOUT (s per variant and round, default 100),
 # GDN_TEST_TIMEOUT (s per variant, default 150).
@@ -18,14 +19,13 @@ FILTER=${GDN_BENCH_FILTER:-'BM_chunked/shape:[0-5]/value_tile:0/split:(0|-1)/'}
 ROUNDS=${GDN_ROUNDS:-2}
 CASES=${GDN_CASES:-100}
 names=()
-for pack in .carry-chunk/variant_*.tar.xz; do
-  [[ -e $pack ]] || { echo "run_variants: no .carry-chunk/variant_*.tar.xz" >&2; exit 3; }
-  name=$(basename "$pack" .tar.xz)
-  name=${name#variant_}
-  mkdir -p "/tmp/variants/$name" && tar -C "/tmp/variants/$name" -xJf "$pack" || exit 3
+rm -rf /tmp/variants && mkdir -p /tmp/variants && tar -C /tmp/variants -xJf .carry-chunk/variants.tar.xz || exit 3
+for dir in /tmp/variants/*/; do
+  name=$(basename "$dir")
   names+=("$name")
-  echo "== variant $name ($(date -u +%H:%M:%S))" > "$OUT/variant_$name.log"
+  { echo "== variant $(cat "$dir/VARIANT.txt" 2>/dev/null || echo "$name") ($(date -u +%H:%M:%S))"; } > "$OUT/variant_$name.log"
 done
+(( ${#names[@]} > 0 )) || { echo "run_variants: no variant in .carry-chunk/variants.tar.xz" >&2; exit 3; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | head -1 > "$OUT/variants.txt"
 
 for ((round = 1; round <= ROUNDS; ++round)); do
