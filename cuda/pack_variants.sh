@@ -7,7 +7,8 @@
 # applied (nothing for "NAME="), configured in Release like build/, and its
 # cuda_chunked_bench and cuda_chunked_gpu_tests built; the worktree is removed afterwards.
 # The binaries (debug info stripped, with libbenchmark beside them and VARIANT.txt saying what
-# was built) go to NAME/ in one archive, .carry-chunk/variants.tar.xz, written atomically.
+# was built) go to NAME/ in one archive, .carry-chunk/variants.tar.xz (or $GDN_VARIANTS_OUT),
+# written atomically.
 # Why one archive: a call carries at most 64 MiB with the tracked files (about 44 MB of them),
 # one variant's pack is about 9.5 MB, and the variants share all but their forward kernels,
 # which one xz window over all of them stores once (four variants: 15 MB).
@@ -41,7 +42,7 @@ for spec in "$@"; do
   echo "$what" > "$STAGE/$name/VARIANT.txt"
   git -C "$ROOT" worktree remove --force "$dir"
 done
-OUT=$ROOT/.carry-chunk/variants.tar.xz
+OUT=${GDN_VARIANTS_OUT:-$ROOT/.carry-chunk/variants.tar.xz}
 tar -C "$STAGE" -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"
 rm -rf "$STAGE"
 ls -la "$OUT"
