@@ -288,16 +288,24 @@ struct WgPlan {
   static constexpr std::size_t wg_bytes = 2 * s_tile + r_tiles * r_tile;
   static_assert(s_tile % 128 == 0 && r_tile % 128 == 0, "B tiles keep 128-byte alignment");
 
+  // Where they fit (K 128, V tiles up to 64), two buffers of every copied tile: the warpgroups
+  // then run out of step (chunked_forward_wg, dephase), each buffer refilled two chunks ahead
+  // once both are done with it. Elsewhere one (K: two) and the warpgroups in step.
+  static constexpr int bufs = (KP == 128 && BV <= 64) ? 2 : 1;
+  static constexpr bool dephase = bufs == 2;
   // Swizzled tiles start on 1024 bytes (the swizzle pattern repeats every 8 rows of 128 bytes).
-  static constexpr std::size_t off_q = 0;
-  static constexpr std::size_t off_k0 = off_q + align1024(q_bytes);
-  static constexpr std::size_t off_k1 = off_k0 + align1024(q_bytes);
-  static constexpr std::size_t off_v = off_k1 + align1024(q_bytes);
-  static constexpr std::size_t off_w = off_v + align1024(v_bytes);
-  static constexpr std::size_t off_wg = off_w + align1024(w_bytes);
-  // The copy groups' mbarriers: Q K V, T (+ scalars), P (chunked_forward_wg).
+  static constexpr std::size_t q_slot = align1024(q_bytes), v_slot = align1024(v_bytes), w_slot = align1024(w_bytes);
+  static constexpr std::size_t off_q = 0;  // + buffer * q_slot
+  static constexpr std::size_t off_k0 = off_q + bufs * q_slot;
+  static constexpr std::size_t off_k1 = off_k0 + q_slot;
+  static constexpr std::size_t off_v = off_k1 + q_slot;  // + buffer * v_slot
+  static constexpr std::size_t off_w = off_v + bufs * v_slot;  // + buffer * w_slot
+  static constexpr std::size_t off_wg = off_w + bufs * w_slot;
+  // The copy groups' mbarriers: Q K V, T (+ scalars), P (in step), or one per buffer (out of
+  // step); then the buffers' release counters.
   static constexpr std::size_t off_bar = off_wg + 2 * wg_bytes;
-  static constexpr std::size_t bytes = off_bar + 3 * sizeof(std::uint64_t);
+  static constexpr std::size_t off_release = off_bar + 3 * sizeof(std::uint64_t);
+  static constexpr std::size_t bytes = off_release + 2 * sizeof(unsigned);
   static_assert(bytes <= 227 * 1024, "shared-memory plan exceeds the per-block limit");
   // Two resident blocks where shared memory allows them and the state slice is small enough
   // for 128 registers a thread (ptxas reports no spill for these).
@@ -326,11 +334,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
   E* const Ks0 = reinterpret_cast<E*>(smem + L::off_k0);
   E* const Ks1 = reinterpret_cast<E*>(smem + L::off_k1);
   E* const Vs = reinterpret_cast<E*>(smem + L::off_v);
-  unsigned char* const W = smem + L::off_w;
-  const E* const Ts = reinterpret_cast<const E*>(W + L::w_off_t);
-  const E* const Tlo = reinterpret_cast<const E*>(W + L::w_off_tlo);
-  const E* const Ps = reinterpret_cast<const E*>(W + L::w_off_p);
-  const float* const scalars = reinterpret_cast<const float*>(W + L::w_off_scalar);
+  unsigned char* const W = smem + L::off_w;  // (in step: the one record buffer)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = warp >> 2, wl = warp & 3;  // warpgroup, warp within it
@@ -429,12 +433,15 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
   std::uint64_t* const full_qkv = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
   std::uint64_t* const full_t = full_qkv + 1;
   std::uint64_t* const full_p = full_qkv + 2;
+  constexpr bool dephase = L::dephase;
+  unsigned* const released = reinterpret_cast<unsigned*>(smem + L::off_release);  // per buffer (out of step)
   if (tid == 0) {
     for (int b = 0; b < 3; ++b) bulk::barrier_init(full_qkv + b, 1);
+    released[0] = released[1] = 0u;
     bulk::fence_barrier_init();
   }
   if (transition)
-    for (int idx = tid; idx < int(L::v_bytes / 16); idx += kThreads)
+    for (int idx = tid; idx < int(L::bufs * L::v_slot / 16); idx += kThreads)
       reinterpret_cast<uint4*>(Vs)[idx] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();  // barriers initialised, V zeroed, before any copy
   // Q, K (into Kdst) and V of the 64 tokens from `start`.
@@ -480,13 +487,61 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     bulk::bulk_load(W + L::w_off_p, record_src(chunk) + R::rec_p, unsigned(L::c_bytes), full_p);
   };
 
+  // Out of step (two buffers): chunk i's Q, K, V and whole record into buffer i & 1 on that
+  // buffer's barrier (full_qkv[i & 1]), one group; the record is one bulk copy in its own
+  // layout (T hi | T lo | P | scalars).
+  auto issue_chunk = [&](int index) {
+    const int b = index & 1;
+    std::uint64_t* const full = full_qkv + b;
+    bulk::fence_proxy_async();
+    bulk::arrive_expect_tx(full, unsigned(2 * L::q_bytes + (transition ? 0 : L::v_bytes) + R::record_bytes));
+    const int token = static_cast<int>(bos + std::int64_t(index) * kC);
+    E* const Qb = reinterpret_cast<E*>(smem + L::off_q + b * L::q_slot);
+    E* const Kb = b ? Ks1 : Ks0;
+    E* const Vb = reinterpret_cast<E*>(smem + L::off_v + b * L::v_slot);
+#pragma unroll
+    for (int slab = 0; slab < KP / 64; ++slab) {
+      bulk::tensor_load_3d(Qb + slab * 64 * kC, &p.tmap_q, 64 * slab, h, token, full);
+      bulk::tensor_load_3d(Kb + slab * 64 * kC, &p.tmap_k, 64 * slab, h, token, full);
+    }
+    if (!transition)
+#pragma unroll
+      for (int slab = 0; slab < (BV > 64 ? 2 : 1); ++slab)
+        bulk::tensor_load_3d(Vb + slab * 64 * kC, &p.tmap_v, v0 + 64 * slab, j, token, full);
+    bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full);
+  };
+  const int chunks = static_cast<int>((eos - bos + kC - 1) / kC);
+
   // The first chunk's three groups; then per chunk, as soon as their buffers are free: the
   // next Q K V, the next T and scalars, the next P. A chunk waits for its P only before P Vnew.
-  if (bos < eos) {
+  // Out of step: the first two chunks.
+  if constexpr (dephase) {
+    if (tid == 0)
+      for (int index = 0; index < 2 && index < chunks; ++index) issue_chunk(index);
+  } else if (bos < eos) {
     issue_loads(bos, Ks0);
     issue_record_t(first_chunk);
     issue_record_p(first_chunk);
   }
+  // Out of step: warpgroup 1 starts once warpgroup 0 has its first X = K S0 (a sequence of at
+  // least one whole chunk: the tail chunk's block barrier must not come first), and a buffer is
+  // refilled by whichever warpgroup is the second to be done with it: after its own barrier
+  // (every thread of it is past the buffer), its first thread counts the release, and the
+  // count's parity says whether the other warpgroup had counted already (acquire-release at
+  // block scope, as a consumer's mbarrier arrive and a producer's wait would order the readers
+  // before the copy). Each warpgroup counts each buffer once per use, and neither can count a
+  // buffer twice before the other: its next use waits for the copy only the second count issues.
+  const bool stagger = dephase && eos - bos >= kC;
+  if (stagger && group == 1) asm volatile("bar.sync 3, 256;" ::: "memory");
+  auto second_release = [&](int b) {
+    if ((tid & 127) != 0) return false;
+    unsigned before;
+    asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;"
+                 : "=r"(before)
+                 : "r"(bulk::smem_address(released + b))
+                 : "memory");
+    return (before & 1u) != 0u;
+  };
 
   int chunk_index = 0;
   for (std::int64_t start = bos; start < eos; start += kC, ++chunk_index) {
@@ -495,21 +550,38 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     const std::int64_t next = first_chunk + chunk_index + 1;
     E* const Kc = (chunk_index & 1) ? Ks1 : Ks0;
     E* const Kn = (chunk_index & 1) ? Ks0 : Ks1;
+    // This chunk's buffers (out of step: buffer chunk_index & 1; in step: the one buffer).
+    const int buf = dephase ? (chunk_index & 1) : 0;
+    E* const Qc = reinterpret_cast<E*>(smem + L::off_q + buf * L::q_slot);
+    E* const Vc = reinterpret_cast<E*>(smem + L::off_v + buf * L::v_slot);
+    unsigned char* const Wc = smem + L::off_w + buf * L::w_slot;
+    const E* const Tc = reinterpret_cast<const E*>(Wc + L::w_off_t);
+    const E* const Tloc = reinterpret_cast<const E*>(Wc + L::w_off_tlo);
+    const E* const Pc = reinterpret_cast<const E*>(Wc + L::w_off_p);
+    const float* const scalars_c = reinterpret_cast<const float*>(Wc + L::w_off_scalar);
     // The debug buffers' chunk index: chunk_offsets[n] (the host's) equals ws_offsets[n] (the
     // device's), so that of the segment's chunk is first_chunk + chunk_index.
     constexpr bool debug = kMode == WgMode::debug;
     const std::int64_t debug_chunk = debug ? first_chunk + chunk_index : 0;
     GDN_PHASE(0);
-    const unsigned parity = static_cast<unsigned>(chunk_index) & 1u;
-    bulk::wait(full_qkv, parity);
-    bulk::wait(full_t, parity);
-    if (c < kC) {  // the tokens past the sequence's end: zeros, not the next sequence's
-      zero_rows(Qs, 128, KP / 64, c);
-      zero_rows(Kc, 128, KP / 64, c);
-      if (!transition) zero_rows(Vs, VROW, BV > 64 ? 2 : 1, c);
-      bulk::fence_proxy_async();  // before the async proxy overwrites them (next chunk's copies)
+    const unsigned parity = static_cast<unsigned>(dephase ? chunk_index >> 1 : chunk_index) & 1u;
+    if constexpr (dephase) {
+      bulk::wait(full_qkv + buf, parity);
+    } else {
+      bulk::wait(full_qkv, parity);
+      bulk::wait(full_t, parity);
     }
-    __syncthreads();  // the chunk's Q, K, V, T and scalars (zeroed rows too); every warpgroup's S0 operand
+    if (c < kC) {  // the tokens past the sequence's end: zeros, not the next sequence's
+      zero_rows(Qc, 128, KP / 64, c);
+      zero_rows(Kc, 128, KP / 64, c);
+      if (!transition) zero_rows(Vc, VROW, BV > 64 ? 2 : 1, c);
+      bulk::fence_proxy_async();  // before the async proxy overwrites them (next chunk's copies)
+      __syncthreads();  // the zeroed rows, for both warpgroups (out of step: a sequence's last chunk only)
+    } else if constexpr (dephase) {
+      wg::sync(group);  // this warpgroup's S0 operand
+    } else {
+      __syncthreads();  // the chunk's Q, K, V, T and scalars; every warpgroup's S0 operand
+    }
     GDN_PHASE(1);
 
     // The thread's rows i = 16 wl + g + 8 half: their scalars, kept in registers so that the
@@ -518,13 +590,13 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = 16 * wl + g + 8 * half;
-      beta[half] = scalars[i];
-      r_q[half] = scalars[kC + i];
-      r_k[half] = scalars[2 * kC + i];
-      e_start[half] = scalars[3 * kC + i];
-      e_end[half] = scalars[4 * kC + i];
+      beta[half] = scalars_c[i];
+      r_q[half] = scalars_c[kC + i];
+      r_k[half] = scalars_c[2 * kC + i];
+      e_start[half] = scalars_c[3 * kC + i];
+      e_end[half] = scalars_c[4 * kC + i];
     }
-    const float decay = scalars[5 * kC];
+    const float decay = scalars_c[5 * kC];
 
     // --- X = K S0, O = Q S0 (S0 as hi + lo) ------------------------------------------------
     float X[NT][4], O[NT][4];
@@ -542,12 +614,13 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
       wg::wait_all();
       wg::fence_operand(X);
     GDN_PHASE(2);
+      if (stagger && group == 0 && chunk_index == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
       if constexpr (outputs) {
         wg::fence();
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qs, ks), wg::b_desc<NW>(Shi, ks), E{});
+        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qc, ks), wg::b_desc<NW>(Shi, ks), E{});
 #pragma unroll
-        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qs, ks), wg::b_desc<NW>(Slo, ks), E{});
+        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qc, ks), wg::b_desc<NW>(Slo, ks), E{});
       }
       wg::commit();  // (empty in pass 1)
     }
@@ -566,7 +639,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-          v[nt][half] = *reinterpret_cast<const E2*>(Vs + swizzled<VROW>(16 * wl + g + 8 * half, group * NW + 8 * nt + 2 * t));
+          v[nt][half] = *reinterpret_cast<const E2*>(Vc + swizzled<VROW>(16 * wl + g + 8 * half, group * NW + 8 * nt + 2 * t));
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -591,21 +664,23 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     {
       wg::fence();
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Ts, ks), wg::b_desc<NW>(Xhi, ks), E{});
+      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tc, ks), wg::b_desc<NW>(Xhi, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Ts, ks), wg::b_desc<NW>(Xlo, ks), E{});
+      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tc, ks), wg::b_desc<NW>(Xlo, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tlo, ks), wg::b_desc<NW>(Xhi, ks), E{});
+      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tloc, ks), wg::b_desc<NW>(Xhi, ks), E{});
       wg::commit();
       GDN_PHASE(7);
       wg::wait_all();
       // Both warpgroups' T X and Q S0 are done (their wgmma read T and Q from shared memory),
       // the scalars are in registers and V was read by the X epilogue: the next chunk's Q, K,
       // V and T (K into the other buffer: this chunk's K is read again for K^T).
-      __syncthreads();
-      if (more) {
-        issue_loads(start + kC, Kn);
-        issue_record_t(next);
+      if constexpr (!dephase) {
+        __syncthreads();
+        if (more) {
+          issue_loads(start + kC, Kn);
+          issue_record_t(next);
+        }
       }
       GDN_PHASE(8);
       wg::fence_operand(Vacc);
@@ -643,8 +718,12 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     }
     wg::fence_async_shared();
     GDN_PHASE(11);
-    bulk::wait(full_p, parity);  // the chunk's P
-    __syncthreads();  // Vnew, Vnew_d written (this warpgroup); P landed (every thread's share)
+    if constexpr (dephase) {
+      wg::sync(group);  // Vnew, Vnew_d written (this warpgroup); P came with the rest
+    } else {
+      bulk::wait(full_p, parity);  // the chunk's P
+      __syncthreads();  // Vnew, Vnew_d written (this warpgroup); P landed (every thread's share)
+    }
     GDN_PHASE(12);
 
     // --- O += P Vnew (fp16: + P Vnew lo per k step); S = decay S + K^T Vnew_d (hi, then lo) ---
@@ -677,8 +756,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
       if constexpr (outputs) {
 #pragma unroll
         for (int ks = 0; ks < CS; ++ks) {
-          wg::mma_ss(O, wg::a_desc_sw128(Ps, ks), wg::b_desc<NW>(Vn, ks), E{});
-          if constexpr (L::split_pv) wg::mma_ss(O, wg::a_desc_sw128(Ps, ks), wg::b_desc<NW>(Vnlo, ks), E{});
+          wg::mma_ss(O, wg::a_desc_sw128(Pc, ks), wg::b_desc<NW>(Vn, ks), E{});
+          if constexpr (L::split_pv) wg::mma_ss(O, wg::a_desc_sw128(Pc, ks), wg::b_desc<NW>(Vnlo, ks), E{});
         }
       }
       wg::commit();
@@ -700,8 +779,15 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     GDN_PHASE(16);
     wg::wait_all();
     wg::fence_operand(O);
-    __syncthreads();  // both warpgroups' P Vnew are done (their wgmma read P): the next record's P
-    if (more) issue_record_p(next);
+    if constexpr (dephase) {
+      // This warpgroup is done with the chunk's buffer (P Vnew was its last reader): chunk
+      // index + 2 goes into it once the other warpgroup is done too.
+      wg::sync(group);
+      if (second_release(buf) && chunk_index + 2 < chunks) issue_chunk(chunk_index + 2);
+    } else {
+      __syncthreads();  // both warpgroups' P Vnew are done (their wgmma read P): the next record's P
+      if (more) issue_record_p(next);
+    }
     GDN_PHASE(17);
     // O through shared memory, in the Vnew tile (P Vnew, its last reader, is done in every warp
     // of the warpgroup after the barrier), so that the global stores are 16-byte pieces, two
