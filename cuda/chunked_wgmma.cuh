@@ -8,8 +8,8 @@
 //   - 2 warpgroups of 4 warps; warpgroup w owns the value columns [w BV/2, (w + 1) BV/2) of the
 //     block's V tile, the K x BV/2 slice of the state in its registers and every product of its
 //     columns: X = K S0 and O = Q S0, Vnew = T X, O += P Vnew, S = decay S + K^T Vnew_d. The
-//     warpgroups share only the chunk's Q, K, V and prepass record (block barriers around their
-//     copies); their B operands (S0, X, Vnew) are private.
+//     warpgroups share only the chunk's Q, K, V and prepass record (barriers around their
+//     copies, below); their B operands (S0, X, Vnew) are private.
 //   - Each product is wgmma.m64nNk16 with N = BV/2, B from shared memory through a matrix
 //     descriptor. A (K, Q, T, P) is read by the wgmma from the swizzled tiles the copies
 //     deliver (tensor copies of Q, K, V, bulk copies of the record; swizzled<>,
@@ -23,11 +23,17 @@
 //     (2500 of a chunk's 12900 cycles, phase clock at 4 x 8192).
 //   - B operands live in wgmma's no-swizzle MN-major layout (below), written by the epilogues
 //     with 4-byte stores that are bank-conflict free.
-//   - The record (T hi, T lo, P, scalars) has one buffer: each thread keeps its rows' scalars
-//     in registers, and the next chunk's T (with its scalars) and P are copied as soon as both
-//     warpgroups' products that read this chunk's are done (T X; P Vnew). Q, V and the next K
-//     buffer are refilled at the same point as T (Q S0 is done by then, and V was read by the
-//     X epilogue).
+//   - Copies, in step (BV 128, and K 64): one buffer of Q, V and the record (T hi, T lo, P,
+//     scalars), two of K. Each thread keeps its rows' scalars in registers, and the next
+//     chunk's T (with its scalars) and P are copied as soon as both warpgroups' products that
+//     read this chunk's are done (T X; P Vnew). Q, V and the next K buffer are refilled at
+//     the same point as T (Q S0 is done by then, and V was read by the X epilogue).
+//   - Copies, out of step (K 128 with V tiles up to 64, WgPlan::dephase): two buffers of
+//     everything, chunk i in buffer i & 1, and only warpgroup barriers inside a chunk, so one
+//     warpgroup's epilogues overlap the other's products (H200, 1 x 32768 at BV 32: 1.73 ->
+//     1.66 ms). A buffer is refilled two chunks ahead by the second warpgroup done with it.
+//     With one buffer this gained nothing: the warpgroup ahead waited about 1400 cycles a
+//     chunk for copies only the one behind could issue (profile/chunk_2026-12-04e).
 // Each output element is still reduced in one fixed order (k steps of 16 in increasing k, the
 // hi pass before the lo pass) that depends neither on the V tile nor on the batch.
 #include <cuda_bf16.h>
