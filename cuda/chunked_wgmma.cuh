@@ -451,20 +451,23 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
       reinterpret_cast<uint4*>(Vs)[idx] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();  // barriers initialised, V zeroed, before any copy
   // Q, K (into Kdst) and V of the 64 tokens from `start`.
-  auto issue_loads = [&](std::int64_t start, E* Kdst) {
-    if (tid != 0) return;
-    bulk::fence_proxy_async();  // this thread's zeroing of the buffers' tail rows, before they are overwritten
-    bulk::arrive_expect_tx(full_qkv, unsigned(2 * L::q_bytes + (transition ? 0 : L::v_bytes)));
-    const int token = static_cast<int>(start);
+  // The tensor copies of Q, K and V of the 64 tokens from `token` into the given tiles.
+  auto tensor_boxes = [&](E* Qdst, E* Kdst, E* Vdst, int token, std::uint64_t* full) {
 #pragma unroll
     for (int slab = 0; slab < KP / 64; ++slab) {
-      bulk::tensor_load_3d(Qs + slab * 64 * kC, &p.tmap_q, 64 * slab, h, token, full_qkv);
-      bulk::tensor_load_3d(Kdst + slab * 64 * kC, &p.tmap_k, 64 * slab, h, token, full_qkv);
+      bulk::tensor_load_3d(Qdst + slab * 64 * kC, &p.tmap_q, 64 * slab, h, token, full);
+      bulk::tensor_load_3d(Kdst + slab * 64 * kC, &p.tmap_k, 64 * slab, h, token, full);
     }
     if (!transition)
 #pragma unroll
       for (int slab = 0; slab < (BV > 64 ? 2 : 1); ++slab)
-        bulk::tensor_load_3d(Vs + slab * 64 * kC, &p.tmap_v, v0 + 64 * slab, j, token, full_qkv);
+        bulk::tensor_load_3d(Vdst + slab * 64 * kC, &p.tmap_v, v0 + 64 * slab, j, token, full);
+  };
+  auto issue_loads = [&](std::int64_t start, E* Kdst) {
+    if (tid != 0) return;
+    bulk::fence_proxy_async();  // this thread's zeroing of the buffers' tail rows, before they are overwritten
+    bulk::arrive_expect_tx(full_qkv, unsigned(2 * L::q_bytes + (transition ? 0 : L::v_bytes)));
+    tensor_boxes(Qs, Kdst, Vs, static_cast<int>(start), full_qkv);
   };
   // Rows [c, 64) of a swizzled tile of `bytes` (rows of row_bytes per slab, slabs of 64 rows),
   // zeroed by the block; the rows stay within their 128-byte lines, so the swizzle is moot.
@@ -501,19 +504,9 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     std::uint64_t* const full = full_qkv + b;
     bulk::fence_proxy_async();
     bulk::arrive_expect_tx(full, unsigned(2 * L::q_bytes + (transition ? 0 : L::v_bytes) + R::record_bytes));
-    const int token = static_cast<int>(bos + std::int64_t(index) * kC);
-    E* const Qb = reinterpret_cast<E*>(smem + L::off_q + b * L::q_slot);
-    E* const Kb = b ? Ks1 : Ks0;
-    E* const Vb = reinterpret_cast<E*>(smem + L::off_v + b * L::v_slot);
-#pragma unroll
-    for (int slab = 0; slab < KP / 64; ++slab) {
-      bulk::tensor_load_3d(Qb + slab * 64 * kC, &p.tmap_q, 64 * slab, h, token, full);
-      bulk::tensor_load_3d(Kb + slab * 64 * kC, &p.tmap_k, 64 * slab, h, token, full);
-    }
-    if (!transition)
-#pragma unroll
-      for (int slab = 0; slab < (BV > 64 ? 2 : 1); ++slab)
-        bulk::tensor_load_3d(Vb + slab * 64 * kC, &p.tmap_v, v0 + 64 * slab, j, token, full);
+    tensor_boxes(reinterpret_cast<E*>(smem + L::off_q + b * L::q_slot), b ? Ks1 : Ks0,
+                 reinterpret_cast<E*>(smem + L::off_v + b * L::v_slot), static_cast<int>(bos + std::int64_t(index) * kC),
+                 full);
     bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full);
   };
   const int chunks = static_cast<int>((eos - bos + kC - 1) / kC);
