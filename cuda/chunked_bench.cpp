@@ -4,7 +4,9 @@
 // iteration (host-side checks included, as in the recurrent benchmarks), median-friendly
 // repetitions via Google Benchmark's manual time. Counters: tokens/s, TFLOP/s (chunked_flops:
 // 4 C (K + V) + 6 K V per token per value head), minimal bytes over time as a fraction of the
-// device-to-device copy bandwidth measured by the same binary, and the V tile used. The
+// device-to-device copy bandwidth measured by the same binary, the V tile used, and each
+// kernel's time on its own (ms_offsets, ms_prepass, [ms_affine, ms_combine,] ms_forward:
+// stage_times). The
 // prepass workspace is allocated once per benchmark and passed in (ChunkedOptions::workspace), as
 // a serving framework would: the default pool's cudaMallocAsync would otherwise hand the memory
 // back at every synchronisation and map it again in the timed call.
@@ -12,6 +14,8 @@
 // automatic, else chunks per segment; ChunkedOptions::split_chunks).
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <exception>
 #include <map>
 #include <memory>
 #include <vector>
@@ -21,7 +25,6 @@
 #include "cuda/chunked_prefill.hpp"
 
 #ifdef GDN_CHUNKED_PHASE_CLOCK
-#include <cstdio>
 namespace gdn::cuda::detail {
 cudaError_t chunked_phase_clock_bf16(long long* host);
 }
@@ -60,6 +63,104 @@ Problem problem_of(const Shape& s) {
   p.has_h0 = true;
   p.has_hT = true;
   return p;
+}
+
+// Each kernel of one call on its own: the call captured into a graph (one stream's capture is a
+// chain: chunk offsets, prepass, [affine pass, combine,] state kernel), then every kernel node
+// replayed alone in a one-node graph with the same arguments, kStageReps times between the held
+// events, mean per launch (a replay's launch overhead included: a few microseconds). What the
+// end-to-end time splits into, shape by shape: the prepass's share decides where work pays.
+// Replays rewrite the workspace and the outputs with what the call wrote (the combine's
+// in-place chain excepted: its replays chain already-chained maps, the same work on other
+// values); nothing after them reads those. Any CUDA failure leaves the counters out and says
+// why on stderr: the row's end-to-end time stands either way.
+constexpr int kStageReps = 10;
+
+std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const DeviceTensors& t,
+                                                        const ChunkedOptions& options, cudaStream_t stream) {
+  std::vector<std::pair<std::string, double>> times;
+  cudaGraph_t graph = nullptr;
+  auto failed = [&](const char* what, cudaError_t code) {
+    std::fprintf(stderr, "stage times: %s: %s (counters left out)\n", what, cudaGetErrorString(code));
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    times.clear();
+    return times;
+  };
+  cudaError_t code = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+  if (code != cudaSuccess) return failed("cudaStreamBeginCapture", code);
+  try {
+    chunked_prefill(p, t, stream, options);
+  } catch (const std::exception& e) {
+    cudaStreamEndCapture(stream, &graph);
+    std::fprintf(stderr, "stage times: capture: %s\n", e.what());
+    return failed("chunked_prefill under capture", cudaErrorUnknown);
+  }
+  code = cudaStreamEndCapture(stream, &graph);
+  if (code != cudaSuccess) return failed("cudaStreamEndCapture", code);
+  std::size_t count = 0;
+  if ((code = cudaGraphGetNodes(graph, nullptr, &count)) != cudaSuccess) return failed("cudaGraphGetNodes", code);
+  std::vector<cudaGraphNode_t> nodes(count);
+  if ((code = cudaGraphGetNodes(graph, nodes.data(), &count)) != cudaSuccess) return failed("cudaGraphGetNodes", code);
+  // The chain from its root, in launch order.
+  cudaGraphNode_t node = nullptr;
+  for (cudaGraphNode_t candidate : nodes) {
+    std::size_t deps = 0;
+    if ((code = cudaGraphNodeGetDependencies(candidate, nullptr, nullptr, &deps)) != cudaSuccess)
+      return failed("cudaGraphNodeGetDependencies", code);
+    if (deps == 0) {
+      if (node) return failed("the captured call is not a chain (two roots)", cudaErrorUnknown);
+      node = candidate;
+    }
+  }
+  std::vector<cudaKernelNodeParams> kernels;
+  for (std::size_t step = 0; node && step < count; ++step) {
+    cudaGraphNodeType type;
+    if ((code = cudaGraphNodeGetType(node, &type)) != cudaSuccess) return failed("cudaGraphNodeGetType", code);
+    if (type == cudaGraphNodeTypeKernel) {
+      cudaKernelNodeParams params{};
+      if ((code = cudaGraphKernelNodeGetParams(node, &params)) != cudaSuccess)
+        return failed("cudaGraphKernelNodeGetParams", code);
+      kernels.push_back(params);
+    }
+    std::size_t next = 0;
+    if ((code = cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &next)) != cudaSuccess)
+      return failed("cudaGraphNodeGetDependentNodes", code);
+    if (next > 1) return failed("the captured call is not a chain (a fork)", cudaErrorUnknown);
+    cudaGraphNode_t following = nullptr;
+    if (next == 1 && (code = cudaGraphNodeGetDependentNodes(node, &following, nullptr, &next)) != cudaSuccess)
+      return failed("cudaGraphNodeGetDependentNodes", code);
+    node = next == 1 ? following : nullptr;
+  }
+  const std::vector<std::string> names =
+      kernels.size() == 3 ? std::vector<std::string>{"offsets", "prepass", "forward"}
+      : kernels.size() == 5 ? std::vector<std::string>{"offsets", "prepass", "affine", "combine", "forward"}
+                            : std::vector<std::string>{};
+  bench::EventTimer timer(stream);
+  for (std::size_t k = 0; k < kernels.size(); ++k) {
+    // The kernel's argument pointers belong to `graph`, which lives until the end: the new node
+    // copies the arguments they point to.
+    cudaGraph_t single = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaGraphNode_t added = nullptr;
+    if ((code = cudaGraphCreate(&single, 0)) != cudaSuccess) return failed("cudaGraphCreate", code);
+    code = cudaGraphAddKernelNode(&added, single, nullptr, 0, &kernels[k]);
+    if (code == cudaSuccess) code = cudaGraphInstantiate(&exec, single, 0);
+    if (code == cudaSuccess) code = cudaGraphLaunch(exec, stream);  // warm-up
+    if (code == cudaSuccess) code = cudaStreamSynchronize(stream);
+    double seconds = 0;
+    if (code == cudaSuccess) {
+      timer.start();
+      for (int rep = 0; rep < kStageReps && code == cudaSuccess; ++rep) code = cudaGraphLaunch(exec, stream);
+      seconds = timer.stop();
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(single);
+    if (code != cudaSuccess) return failed("replaying a kernel node", code);
+    times.emplace_back(k < names.size() ? names[k] : "kernel" + std::to_string(k), seconds / kStageReps);
+  }
+  cudaGraphDestroy(graph);
+  return times;
 }
 
 void BM_chunked(benchmark::State& state) {
@@ -108,6 +209,7 @@ void BM_chunked(benchmark::State& state) {
   state.counters["split_chunks"] = plan.split_chunks;
   state.counters["model_cost"] = plan.cost;
   state.counters["workspace_MB"] = double(options.workspace_bytes) * 1e-6;
+  for (const auto& [stage, seconds] : stage_times(p, t, options, stream)) state.counters["ms_" + stage] = seconds * 1e3;
 #ifdef GDN_CHUNKED_PHASE_CLOCK
   // Profiling builds: block 0's phase stamps of the last call, mean cycles per phase over chunks
   // 4..min(chunks, 64) - 1 (the first chunks wait for cold loads), on stderr.
