@@ -15,6 +15,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <memory>
@@ -74,7 +75,13 @@ Problem problem_of(const Shape& s) {
 // in-place chain excepted: its replays chain already-chained maps, the same work on other
 // values); nothing after them reads those. Any CUDA failure leaves the counters out and says
 // why on stderr: the row's end-to-end time stands either way.
+// GDN_STAGE_TIMES=0 leaves them out (and the captures and replays with them).
 constexpr int kStageReps = 10;
+
+bool stage_times_wanted() {
+  const char* value = std::getenv("GDN_STAGE_TIMES");
+  return value == nullptr || std::string(value) != "0";
+}
 
 std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const DeviceTensors& t,
                                                         const ChunkedOptions& options, cudaStream_t stream) {
@@ -209,7 +216,8 @@ void BM_chunked(benchmark::State& state) {
   state.counters["split_chunks"] = plan.split_chunks;
   state.counters["model_cost"] = plan.cost;
   state.counters["workspace_MB"] = double(options.workspace_bytes) * 1e-6;
-  for (const auto& [stage, seconds] : stage_times(p, t, options, stream)) state.counters["ms_" + stage] = seconds * 1e3;
+  if (stage_times_wanted())
+    for (const auto& [stage, seconds] : stage_times(p, t, options, stream)) state.counters["ms_" + stage] = seconds * 1e3;
 #ifdef GDN_CHUNKED_PHASE_CLOCK
   // Profiling builds: block 0's phase stamps of the last call, mean cycles per phase over chunks
   // 4..min(chunks, 64) - 1 (the first chunks wait for cold loads), on stderr.
