@@ -6,6 +6,7 @@
 #include "oracle/registry.hpp"
 #include "reference/chunked.hpp"
 #include "reference/emulate.hpp"
+#include "reference/operand_model.hpp"
 #include "reference/prepare.hpp"
 #include "reference/sequential.hpp"
 #include "reference/state_io.hpp"
@@ -59,6 +60,46 @@ class ReferenceImplementation final : public Implementation {
   Formulation formulation_;
   ReferencePrecision precision_;
   int chunk_size_;
+};
+
+// reference::emulate_operands: the chunked kernel's operand roundings, split or single.
+class OperandModel final : public Implementation {
+ public:
+  explicit OperandModel(reference::OperandRounding rounding) : rounding_(rounding) {}
+  std::string name() const override {
+    switch (rounding_) {
+      case reference::OperandRounding::split: return "model.chunked.split";
+      case reference::OperandRounding::single: return "model.chunked.single";
+      case reference::OperandRounding::split_state: return "model.chunked.split_state";
+    }
+    return "model.chunked";
+  }
+  Formulation formulation() const override { return Formulation::chunked; }
+  // What the kernel it models supports (cuda/chunked_launch.cpp, unsupported()): the model
+  // runs everything, but only these cases say something about the kernel.
+  bool supports(const Problem& problem, std::string* why) const override {
+    const char* rule = nullptr;
+    if (problem.input_dtype == DType::f64)
+      rule = "input_dtype: the chunked kernel takes f32, bf16 or f16";
+    else if (problem.K % 16 != 0 || problem.K > 128)
+      rule = "K: the chunked kernel takes multiples of 16 up to 128";
+    else if (problem.V % 16 != 0 || problem.V > 256)
+      rule = "V: the chunked kernel takes multiples of 16 up to 256";
+    else if (problem.uses_state_cache())
+      rule = "state_slots: the chunked kernel reads and writes dense states only";
+    else if (problem.state_layout != StateLayout::k_major)
+      rule = "state_layout: the chunked kernel takes k_major only";
+    else if (problem.store_intermediate_states)
+      rule = "store_intermediate_states: the chunked form has no per-token states";
+    if (rule && why) *why = rule;
+    return rule == nullptr;
+  }
+  Outputs<double> run(const Problem& problem, const Inputs& inputs) override {
+    return reference::emulate_operands(problem, inputs, rounding_);
+  }
+
+ private:
+  reference::OperandRounding rounding_;
 };
 
 // A copy of reference::sequential<double> with one planted fault. Kept deliberately close to
@@ -214,6 +255,28 @@ void register_references(Registry& registry) {
       "precision emulation: recurrence in fp32, o rounded to the input dtype", emulation_budget);
   add(Formulation::chunked, ReferencePrecision::emulated, 64,
       "precision emulation: chunked form in fp32, o rounded to the input dtype", emulation_budget);
+
+  // Models of the chunked kernel's operand roundings (reference/operand_model.hpp), judged as
+  // cuda.chunked_prefill is (calibrated, state unit of the input dtype). Not in `all`: they
+  // answer design questions (what single rounding would cost), they are not conformance
+  // subjects.
+  BudgetOptions kernel_budget;
+  kernel_budget.state_unit_input = true;
+  for (auto rounding : {reference::OperandRounding::split, reference::OperandRounding::single,
+                        reference::OperandRounding::split_state}) {
+    RegistryEntry e;
+    e.name = OperandModel(rounding).name();
+    e.description =
+        rounding == reference::OperandRounding::split
+            ? "model of the chunked kernel: fp32, computed operands split hi + lo in the input dtype"
+        : rounding == reference::OperandRounding::single
+            ? "model of a single-rounding chunked kernel: fp32, computed operands rounded once"
+            : "model of the chunked kernel with Q S0's S0 rounded once (hi + lo on the state path only)";
+    e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
+    e.default_budget = kernel_budget;
+    e.in_conformance = false;
+    registry.add(std::move(e));
+  }
 
   for (Fault fault : {Fault::cu_seqlens_off_by_one, Fault::dropped_decay, Fault::lost_state_carry}) {
     RegistryEntry e;

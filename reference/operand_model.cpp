@@ -1,0 +1,168 @@
+#include "reference/operand_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "reference/precision.hpp"
+#include "reference/state_io.hpp"
+
+namespace gdn::reference {
+
+namespace {
+
+constexpr int kChunk = 64;
+
+float softplus_f32(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, OperandRounding rounding) {
+  validate(problem, inputs);
+  if (problem.store_intermediate_states)
+    throw ProblemError("store_intermediate_states", "is a per-token option; the chunked form has no per-token states");
+  const DType dtype = problem.input_dtype;
+  const bool tensor = dtype == DType::bf16 || dtype == DType::f16;
+  const bool split = tensor && rounding != OperandRounding::single;
+  const bool split_output = tensor && rounding == OperandRounding::split;  // S0 lo in Q S0
+  const bool split_pv = split && dtype == DType::f16;  // the kernel splits Vnew in P Vnew for fp16 only
+  // An operand rounded to the input dtype (exact for fp32 inputs: no tensor-core operand).
+  auto round_once = [&](const Matrix<float>& x) -> Matrix<float> {
+    if (!tensor) return x;
+    return x.unaryExpr([&](float v) { return static_cast<float>(round_to(dtype, v)); });
+  };
+  // What the rounding left out, rounded again (zero where the operand is rounded once).
+  auto residue = [&](const Matrix<float>& x, const Matrix<float>& hi) -> Matrix<float> {
+    if (!split) return Matrix<float>::Zero(x.rows(), x.cols());
+    return round_once(x - hi);
+  };
+
+  Outputs<float> out = allocate_outputs<float>(problem, inputs);
+  const int H = problem.H, HV = problem.HV, K = problem.K, V = problem.V;
+  const float scale = static_cast<float>(problem.effective_scale());
+  Matrix<float> S(K, V);
+  Matrix<float> Q(kChunk, K), Kc(kChunk, K), Vc(kChunk, V);
+  std::vector<float> r_q(kChunk), r_k(kChunk), beta(kChunk), e_start(kChunk), e_end(kChunk);
+  std::vector<double> gamma(kChunk);
+  std::vector<int> segment(kChunk);
+
+  for (int n = 0; n < problem.N(); ++n) {
+    const std::int64_t row = state_row(problem, inputs, n);
+    if (row < 0) continue;
+    const std::int64_t begin = problem.seq_begin(n), length = problem.seq_len(n);
+    for (int j = 0; j < HV; ++j) {
+      const int h = j / problem.group_size();
+      initial_state(problem, inputs, row, j, S);
+      for (std::int64_t start = begin; start < begin + length; start += kChunk) {
+        const int c = static_cast<int>(std::min<std::int64_t>(kChunk, begin + length - start));
+        // The chunk's raw q, k, v (exact in fp32), the norms as fp32 scales, the gates in fp32
+        // and gamma in double with resets, as the prepass computes them.
+        double running = 0;
+        int seg = -1;
+        for (int i = 0; i < c; ++i) {
+          const std::int64_t t = start + i;
+          float sq = 0.f, sk = 0.f;
+          for (int x = 0; x < K; ++x) {
+            Q(i, x) = static_cast<float>(inputs.q[(t * H + h) * K + x]);
+            Kc(i, x) = static_cast<float>(inputs.k[(t * H + h) * K + x]);
+            sq += Q(i, x) * Q(i, x);
+            sk += Kc(i, x) * Kc(i, x);
+          }
+          r_q[i] = problem.use_qk_l2norm ? 1.f / std::sqrt(sq + 1e-6f) : 1.f;
+          r_k[i] = problem.use_qk_l2norm ? 1.f / std::sqrt(sk + 1e-6f) : 1.f;
+          for (int x = 0; x < V; ++x) Vc(i, x) = static_cast<float>(inputs.v[(t * HV + j) * V + x]);
+          const std::int64_t gi = t * HV + j;
+          float g = 0.f;
+          if (problem.gate_mode == GateMode::direct) {
+            g = static_cast<float>(inputs.g[gi]);
+            beta[i] = static_cast<float>(inputs.beta[gi]);
+          } else {
+            g = -std::exp(static_cast<float>(inputs.A_log[j])) *
+                softplus_f32(static_cast<float>(inputs.a[gi]) + static_cast<float>(inputs.dt_bias[j]));
+            beta[i] = (problem.allow_negative_eigenvalues ? 2.f : 1.f) /
+                      (1.f + std::exp(-static_cast<float>(inputs.b[gi])));
+          }
+          if (std::exp(g) == 0.f) {
+            seg = i;
+            running = 0;
+          } else {
+            running += static_cast<double>(g);
+          }
+          gamma[i] = running;
+          segment[i] = seg;
+        }
+        for (int i = c; i < kChunk; ++i) {
+          Q.row(i).setZero();
+          Kc.row(i).setZero();
+          Vc.row(i).setZero();
+        }
+        for (int i = 0; i < c; ++i) {
+          e_start[i] = segment[i] < 0 ? std::exp(static_cast<float>(gamma[i])) : 0.f;
+          e_end[i] = segment[i] == segment[c - 1] ? std::exp(static_cast<float>(gamma[c - 1] - gamma[i])) : 0.f;
+        }
+        const float decay = e_start[c - 1];
+        const auto Qv = Q.topRows(c);
+        const auto Kv = Kc.topRows(c);
+        const auto Vv = Vc.topRows(c);
+
+        // A (fp32) and P (rounded once) from the raw products and the decays of differences.
+        const Matrix<float> kk = Kv * Kv.transpose();
+        const Matrix<float> qk = Qv * Kv.transpose();
+        Matrix<float> A = Matrix<float>::Zero(c, c), P = Matrix<float>::Zero(c, c);
+        for (int i = 0; i < c; ++i) {
+          const int s = std::max(segment[i], 0);
+          for (int col = s; col <= i; ++col) {
+            const float w = std::exp(static_cast<float>(gamma[i] - gamma[col])) * r_k[col];
+            if (col < i) A(i, col) = beta[i] * r_k[i] * w * kk(i, col);
+            P(i, col) = r_q[i] * w * qk(i, col);
+          }
+        }
+        P = round_once(P);
+        // T = (I + A)^-1 in fp32 (forward substitution), then hi (+ lo).
+        Matrix<float> T = Matrix<float>::Identity(c, c);
+        for (int i = 0; i < c; ++i)
+          for (int col = 0; col < i; ++col) {
+            float sum = 0.f;
+            for (int q = col; q < i; ++q) sum += A(i, q) * T(q, col);
+            T(i, col) = -sum;
+          }
+        const Matrix<float> T_hi = round_once(T), T_lo = residue(T, T_hi);
+
+        // X = diag(beta) (V - diag(e_start r_k) K S0), S0 hi (+ lo); Vnew = T X.
+        const Matrix<float> S_hi = round_once(S), S_lo = residue(S, S_hi);
+        Matrix<float> KS = Kv * S_hi;
+        KS += Kv * S_lo;
+        Matrix<float> X(c, V);
+        for (int i = 0; i < c; ++i) X.row(i) = beta[i] * (Vv.row(i) - (e_start[i] * r_k[i]) * KS.row(i));
+        const Matrix<float> X_hi = round_once(X), X_lo = residue(X, X_hi);
+        Matrix<float> Vnew = T_hi * X_hi;
+        Vnew += T_hi * X_lo;
+        Vnew += T_lo * X_hi;
+
+        // O = scale (diag(e_start r_q) Q S0 + P Vnew), o rounded once.
+        Matrix<float> O = Qv * S_hi;
+        if (split_output) O += Qv * S_lo;
+        for (int i = 0; i < c; ++i) O.row(i) *= e_start[i] * r_q[i];
+        const Matrix<float> Vn_hi = round_once(Vnew);
+        O += P * Vn_hi;
+        if (split_pv) O += P * round_once(Vnew - Vn_hi);
+        for (int i = 0; i < c; ++i)
+          for (int x = 0; x < V; ++x) out.o[((start + i) * HV + j) * V + x] = scale * O(i, x);
+
+        // S_end = decay S0 + K^T diag(e_end r_k) Vnew, Vnew_d hi (+ lo).
+        Matrix<float> Vd(c, V);
+        for (int i = 0; i < c; ++i) Vd.row(i) = (e_end[i] * r_k[i]) * Vnew.row(i);
+        const Matrix<float> Vd_hi = round_once(Vd), Vd_lo = residue(Vd, Vd_hi);
+        S *= decay;
+        S += Kv.transpose() * Vd_hi;
+        S += Kv.transpose() * Vd_lo;
+      }
+      if (problem.has_hT) store_state(problem, S, row, j, out.hT.data());
+    }
+  }
+  Outputs<double> result = out.cast<double>();
+  round_in_place(dtype, result.o);
+  return result;
+}
+
+}  // namespace gdn::reference
