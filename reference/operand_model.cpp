@@ -17,23 +17,32 @@ float softplus_f32(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 
 }  // namespace
 
+OperandSplits OperandSplits::of(OperandRounding rounding, DType dtype) {
+  OperandSplits s;
+  s.vnew_in_pv = dtype == DType::f16;
+  if (rounding == OperandRounding::single) s = OperandSplits{false, false, false, false, false, false};
+  if (rounding == OperandRounding::split_state) s.s0_in_qs = false;
+  return s;
+}
+
 Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, OperandRounding rounding) {
+  return emulate_operands(problem, inputs, OperandSplits::of(rounding, problem.input_dtype));
+}
+
+Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, const OperandSplits& splits) {
   validate(problem, inputs);
   if (problem.store_intermediate_states)
     throw ProblemError("store_intermediate_states", "is a per-token option; the chunked form has no per-token states");
   const DType dtype = problem.input_dtype;
   const bool tensor = dtype == DType::bf16 || dtype == DType::f16;
-  const bool split = tensor && rounding != OperandRounding::single;
-  const bool split_output = tensor && rounding == OperandRounding::split;  // S0 lo in Q S0
-  const bool split_pv = split && dtype == DType::f16;  // the kernel splits Vnew in P Vnew for fp16 only
   // An operand rounded to the input dtype (exact for fp32 inputs: no tensor-core operand).
   auto round_once = [&](const Matrix<float>& x) -> Matrix<float> {
     if (!tensor) return x;
     return x.unaryExpr([&](float v) { return static_cast<float>(round_to(dtype, v)); });
   };
-  // What the rounding left out, rounded again (zero where the operand is rounded once).
-  auto residue = [&](const Matrix<float>& x, const Matrix<float>& hi) -> Matrix<float> {
-    if (!split) return Matrix<float>::Zero(x.rows(), x.cols());
+  // What the rounding left out, rounded again; zero where the operand is rounded once.
+  auto residue = [&](bool split, const Matrix<float>& x, const Matrix<float>& hi) -> Matrix<float> {
+    if (!tensor || !split) return Matrix<float>::Zero(x.rows(), x.cols());
     return round_once(x - hi);
   };
 
@@ -126,33 +135,33 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, O
             for (int q = col; q < i; ++q) sum += A(i, q) * T(q, col);
             T(i, col) = -sum;
           }
-        const Matrix<float> T_hi = round_once(T), T_lo = residue(T, T_hi);
+        const Matrix<float> T_hi = round_once(T), T_lo = residue(splits.t, T, T_hi);
 
         // X = diag(beta) (V - diag(e_start r_k) K S0), S0 hi (+ lo); Vnew = T X.
-        const Matrix<float> S_hi = round_once(S), S_lo = residue(S, S_hi);
+        const Matrix<float> S_hi = round_once(S), S_lo = residue(true, S, S_hi);
         Matrix<float> KS = Kv * S_hi;
-        KS += Kv * S_lo;
+        if (splits.s0_in_ks) KS += Kv * S_lo;
         Matrix<float> X(c, V);
         for (int i = 0; i < c; ++i) X.row(i) = beta[i] * (Vv.row(i) - (e_start[i] * r_k[i]) * KS.row(i));
-        const Matrix<float> X_hi = round_once(X), X_lo = residue(X, X_hi);
+        const Matrix<float> X_hi = round_once(X), X_lo = residue(splits.x, X, X_hi);
         Matrix<float> Vnew = T_hi * X_hi;
         Vnew += T_hi * X_lo;
         Vnew += T_lo * X_hi;
 
         // O = scale (diag(e_start r_q) Q S0 + P Vnew), o rounded once.
         Matrix<float> O = Qv * S_hi;
-        if (split_output) O += Qv * S_lo;
+        if (splits.s0_in_qs) O += Qv * S_lo;
         for (int i = 0; i < c; ++i) O.row(i) *= e_start[i] * r_q[i];
         const Matrix<float> Vn_hi = round_once(Vnew);
         O += P * Vn_hi;
-        if (split_pv) O += P * round_once(Vnew - Vn_hi);
+        if (tensor && splits.vnew_in_pv) O += P * round_once(Vnew - Vn_hi);
         for (int i = 0; i < c; ++i)
           for (int x = 0; x < V; ++x) out.o[((start + i) * HV + j) * V + x] = scale * O(i, x);
 
         // S_end = decay S0 + K^T diag(e_end r_k) Vnew, Vnew_d hi (+ lo).
         Matrix<float> Vd(c, V);
         for (int i = 0; i < c; ++i) Vd.row(i) = (e_end[i] * r_k[i]) * Vnew.row(i);
-        const Matrix<float> Vd_hi = round_once(Vd), Vd_lo = residue(Vd, Vd_hi);
+        const Matrix<float> Vd_hi = round_once(Vd), Vd_lo = residue(splits.vnew_d, Vd, Vd_hi);
         S *= decay;
         S += Kv.transpose() * Vd_hi;
         S += Kv.transpose() * Vd_lo;

@@ -22,6 +22,20 @@ namespace gdn::reference {
 // o, takes S0 rounded once (a quarter of the forward's tensor work, off its serial chain).
 enum class OperandRounding { split, single, split_state };
 
+// Which computed operands go in as hi + lo (bf16 / fp16 inputs; the rest are rounded once).
+struct OperandSplits {
+  bool s0_in_ks = true;   // S0 in X = K S0 (the state's chain)
+  bool s0_in_qs = true;   // S0 in O = Q S0 (o only)
+  bool t = true;          // T in T X: T lo X hi
+  bool x = true;          // X in T X: T hi X lo
+  bool vnew_d = true;     // the decayed Vnew in the state update
+  bool vnew_in_pv = false;  // Vnew in P Vnew (the kernel: fp16 only)
+  // The presets: the kernel's design (vnew_in_pv for fp16 only), every operand once, and
+  // the kernel's design with S0 hi only in Q S0.
+  static OperandSplits of(OperandRounding rounding, DType dtype);
+};
+
 Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, OperandRounding rounding);
+Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, const OperandSplits& splits);
 
 }  // namespace gdn::reference
