@@ -19,7 +19,7 @@ namespace gdn::reference {
 
 // split: the kernel's design. single: every computed operand rounded once. split_state: hi + lo
 // only where the operand feeds the state (K S0, T X, the state update); Q S0, which feeds only
-// o, takes S0 rounded once (a quarter of the forward's tensor work, off its serial chain).
+// o, takes S0 rounded once (an eighth of the forward's tensor work, off its serial chain).
 enum class OperandRounding { split, single, split_state };
 
 // Which computed operands go in as hi + lo (bf16 / fp16 inputs; the rest are rounded once).
