@@ -27,9 +27,9 @@ int main(int argc, char** argv) {
   // chunked_test.cpp's seed_for("conformance") for the kernel's name.
   const std::uint64_t seed =
       base ^ (std::hash<std::string>{}(std::string("cuda.chunked_prefill") + "/" + "conformance") & 0xffffffffull);
-  // The kernel's design, then each lo pass dropped on top of S0 hi in Q S0 (wgmma a warpgroup
-  // saves per chunk at K 128: Q S0 lo 8, K S0 lo 8, T lo 4, X lo 4, Vnew_d lo 8), then single
-  // rounding everywhere.
+  // The kernel's design, the design with Vnew split in P Vnew for bf16 too (fp16 has it), then
+  // each lo pass dropped on top of S0 hi in Q S0 (wgmma a warpgroup saves per chunk at K 128:
+  // Q S0 lo 8, K S0 lo 8, T lo 4, X lo 4, Vnew_d lo 8), then single rounding everywhere.
   struct Model {
     const char* name;
     std::function<void(reference::OperandSplits&)> drop;
@@ -38,11 +38,17 @@ int main(int argc, char** argv) {
   };
   Model models[] = {
       {"split (the kernel)", [](reference::OperandSplits&) {}},
+      {"split + Vnew hi + lo in P Vnew", [](reference::OperandSplits& s) { s.vnew_in_pv = true; }},
       {"split_state: S0 hi in Q S0", [](reference::OperandSplits& s) { s.s0_in_qs = false; }},
+      {"split_state + Vnew hi + lo in P Vnew", [](reference::OperandSplits& s) { s.s0_in_qs = false, s.vnew_in_pv = true; }},
       {"split_state + T hi only", [](reference::OperandSplits& s) { s.s0_in_qs = s.t = false; }},
       {"split_state + X hi only", [](reference::OperandSplits& s) { s.s0_in_qs = s.x = false; }},
       {"split_state + Vnew_d hi only", [](reference::OperandSplits& s) { s.s0_in_qs = s.vnew_d = false; }},
-      {"split_state + S0 hi in K S0", [](reference::OperandSplits& s) { s.s0_in_qs = s.s0_in_ks = false; }},
+      {"S0 hi in K S0 and Q S0", [](reference::OperandSplits& s) { s.s0_in_qs = s.s0_in_ks = false; }},
+      {"S0 hi in both + Vnew hi + lo in P Vnew", [](reference::OperandSplits& s) {
+         s.s0_in_qs = s.s0_in_ks = false;
+         s.vnew_in_pv = true;
+       }},
       {"single", [](reference::OperandSplits& s) { s = reference::OperandSplits{false, false, false, false, false, false}; }},
   };
   std::mt19937_64 rng(seed);
