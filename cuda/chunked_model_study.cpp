@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cuda/chunked_testbed.hpp"
+#include "cuda/testbed.hpp"
 #include "reference/emulate.hpp"
 #include "reference/operand_model.hpp"
 #include "reference/sequential.hpp"
@@ -22,11 +23,8 @@ using namespace gdn;
 
 int main(int argc, char** argv) {
   const int cases = argc > 1 ? std::atoi(argv[1]) : 1000;
-  const char* seed_text = std::getenv("GDN_SEED");
-  const std::uint64_t base = seed_text ? std::strtoull(seed_text, nullptr, 10) : 20261202ull;
-  // chunked_test.cpp's seed_for("conformance") for the kernel's name.
-  const std::uint64_t seed =
-      base ^ (std::hash<std::string>{}(std::string("cuda.chunked_prefill") + "/" + "conformance") & 0xffffffffull);
+  // The seed of chunked_test.cpp's conformance property (GDN_SEED moves it, as there).
+  const std::uint64_t seed = cuda::testbed::property_seed("cuda.chunked_prefill", "conformance");
   // The kernel's design, the design with Vnew split in P Vnew for bf16 too (fp16 has it), then
   // each lo pass dropped on top of S0 hi in Q S0 (wgmma a warpgroup saves per chunk at K 128:
   // Q S0 lo 8, K S0 lo 8, T lo 4, X lo 4, Vnew_d lo 8), then single rounding everywhere.

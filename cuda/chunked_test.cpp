@@ -30,9 +30,7 @@ namespace {
 constexpr const char* kName = "cuda.chunked_prefill";
 constexpr int kMaxReported = 8;
 
-std::uint64_t seed_for(const char* property) {
-  return testbed::base_seed() ^ (std::hash<std::string>{}(std::string(kName) + "/" + property) & 0xffffffffull);
-}
+std::uint64_t seed_for(const char* property) { return testbed::property_seed(kName, property); }
 
 bool bits_equal(const HostTensor<double>& a, const HostTensor<double>& b) {
   return a.shape() == b.shape() &&

@@ -27,9 +27,7 @@ using namespace gdn::cuda::testbed;
 
 namespace {
 
-std::uint64_t seed_for(const char* kernel, const char* property) {
-  return base_seed() ^ (std::hash<std::string>{}(std::string(kernel) + "/" + property) & 0xffffffffull);
-}
+std::uint64_t seed_for(const char* kernel, const char* property) { return property_seed(kernel, property); }
 
 bool bits_equal(const HostTensor<double>& a, const HostTensor<double>& b) {
   return a.shape() == b.shape() &&

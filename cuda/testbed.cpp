@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 namespace gdn::cuda::testbed {
@@ -291,6 +292,10 @@ int case_count() {
 std::uint64_t base_seed() {
   const char* text = std::getenv("GDN_SEED");
   return text ? std::strtoull(text, nullptr, 10) : 20261202ull;
+}
+
+std::uint64_t property_seed(const std::string& kernel, const std::string& property) {
+  return base_seed() ^ (std::hash<std::string>{}(kernel + "/" + property) & 0xffffffffull);
 }
 
 }  // namespace gdn::cuda::testbed

@@ -85,5 +85,8 @@ class Tally {
 int case_count();
 // Base seed: GDN_SEED (default 20261202).
 std::uint64_t base_seed();
+// The seed of one property of one kernel's suite: the base seed mixed with "kernel/property",
+// so that each property draws its own cases and a GDN_SEED moves them all.
+std::uint64_t property_seed(const std::string& kernel, const std::string& property);
 
 }  // namespace gdn::cuda::testbed
