@@ -11,7 +11,10 @@
 # round; then each variant's test verdict). Few files: a call brings back at most 8.
 # Environment: GDN_BENCH_FILTER (default the six issue-4 shapes at the automatic V tile, with and
 # without the automatic split), GDN_BENCH_TIMEOUT (s per variant and round, default 100),
-# GDN_TEST_TIMEOUT (s per variant, default 150).
+# GDN_TEST_TIMEOUT (s per variant, default 150), GDN_TEST_ARGS (Catch2 test names or tags for
+# the tests, default all; e.g. '"chunked: random cases within the calibrated budget"'),
+# GDN_VARIANTS (space-separated names: only those, in the archive's order; default all), and
+# GDN_SEED, which the tests read (a seed other than the default draws other random cases).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -22,6 +25,7 @@ names=()
 rm -rf /tmp/variants && mkdir -p /tmp/variants && tar -C /tmp/variants -xJf .carry-chunk/variants.tar.xz || exit 3
 for dir in /tmp/variants/*/; do
   name=$(basename "$dir")
+  if [[ -n ${GDN_VARIANTS:-} && " $GDN_VARIANTS " != *" $name "* ]]; then continue; fi
   names+=("$name")
   { echo "== variant $(cat "$dir/VARIANT.txt" 2>/dev/null || echo "$name") ($(date -u +%H:%M:%S))"; } > "$OUT/variant_$name.log"
 done
@@ -40,8 +44,9 @@ done
 for name in "${names[@]}"; do
   B=/tmp/variants/$name
   echo "== tests, $CASES cases ($(date -u +%H:%M:%S))" >> "$OUT/variant_$name.log"
+  eval "args=(${GDN_TEST_ARGS:-})"
   GDN_CASES=$CASES LD_LIBRARY_PATH=$B timeout "${GDN_TEST_TIMEOUT:-150}" "$B/cuda_chunked_gpu_tests" -r compact \
-    > "/tmp/variants/$name.tests" 2>&1
+    "${args[@]}" > "/tmp/variants/$name.tests" 2>&1
   code=$?
   cat "/tmp/variants/$name.tests" >> "$OUT/variant_$name.log"
   echo "tests exit $code" >> "$OUT/variant_$name.log"
