@@ -71,6 +71,8 @@ class OperandModel final : public Implementation {
       case reference::OperandRounding::split: return "model.chunked.split";
       case reference::OperandRounding::single: return "model.chunked.single";
       case reference::OperandRounding::split_state: return "model.chunked.split_state";
+      case reference::OperandRounding::split_state_pv: return "model.chunked.split_state_pv";
+      case reference::OperandRounding::s0_once: return "model.chunked.s0_once";
     }
     return "model.chunked";
   }
@@ -263,7 +265,8 @@ void register_references(Registry& registry) {
   BudgetOptions kernel_budget;
   kernel_budget.state_unit_input = true;
   for (auto rounding : {reference::OperandRounding::split, reference::OperandRounding::single,
-                        reference::OperandRounding::split_state}) {
+                        reference::OperandRounding::split_state, reference::OperandRounding::split_state_pv,
+                        reference::OperandRounding::s0_once}) {
     RegistryEntry e;
     e.name = OperandModel(rounding).name();
     e.description =
@@ -271,7 +274,11 @@ void register_references(Registry& registry) {
             ? "model of the chunked kernel: fp32, computed operands split hi + lo in the input dtype"
         : rounding == reference::OperandRounding::single
             ? "model of a single-rounding chunked kernel: fp32, computed operands rounded once"
-            : "model of the chunked kernel with Q S0's S0 rounded once (hi + lo on the state path only)";
+        : rounding == reference::OperandRounding::split_state
+            ? "model of the chunked kernel with Q S0's S0 rounded once (hi + lo on the state path only)"
+        : rounding == reference::OperandRounding::split_state_pv
+            ? "model of the chunked kernel with Q S0's S0 rounded once and Vnew split in P Vnew"
+            : "model of the chunked kernel with S0 rounded once in K S0 and Q S0 and Vnew split in P Vnew";
     e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
     e.default_budget = kernel_budget;
     e.in_conformance = false;

@@ -22,6 +22,8 @@ OperandSplits OperandSplits::of(OperandRounding rounding, DType dtype) {
   s.vnew_in_pv = dtype == DType::f16;
   if (rounding == OperandRounding::single) s = OperandSplits{false, false, false, false, false, false};
   if (rounding == OperandRounding::split_state) s.s0_in_qs = false;
+  if (rounding == OperandRounding::split_state_pv) s.s0_in_qs = false, s.vnew_in_pv = true;
+  if (rounding == OperandRounding::s0_once) s.s0_in_qs = s.s0_in_ks = false, s.vnew_in_pv = true;
   return s;
 }
 

@@ -12,7 +12,7 @@
 // error, not its bits. What it is for: deciding on the CPU whether a precision trade (fewer
 // hi + lo passes, half the tensor work of the forward) keeps the conformance budgets and the
 // accuracy claims, before a kernel is written for it (registry: model.chunked.split,
-// model.chunked.single and model.chunked.split_state, outside `all`).
+// model.chunked.single, model.chunked.split_state, .split_state_pv and .s0_once, outside `all`).
 #include "core/problem.hpp"
 
 namespace gdn::reference {
@@ -20,7 +20,12 @@ namespace gdn::reference {
 // split: the kernel's design. single: every computed operand rounded once. split_state: hi + lo
 // only where the operand feeds the state (K S0, T X, the state update); Q S0, which feeds only
 // o, takes S0 rounded once (an eighth of the forward's tensor work, off its serial chain).
-enum class OperandRounding { split, single, split_state };
+// split_state_pv: split_state with Vnew hi + lo in P Vnew for bf16 too (fp16 has it): hT as
+// split's, o safer where P Vnew cancels (60 wgmma a warpgroup per chunk at K 128 instead of 64).
+// s0_once: S0 rounded once in both S0 products, Vnew hi + lo in P Vnew (52 wgmma; the state
+// keeps about 12 bits, not 16). Both built as kernel patches, not measured:
+// reports/results/h200/profile/chunk_2026-12-05.
+enum class OperandRounding { split, single, split_state, split_state_pv, s0_once };
 
 // Which computed operands go in as hi + lo (bf16 / fp16 inputs; the rest are rounded once).
 struct OperandSplits {
@@ -30,8 +35,8 @@ struct OperandSplits {
   bool x = true;          // X in T X: T hi X lo
   bool vnew_d = true;     // the decayed Vnew in the state update
   bool vnew_in_pv = false;  // Vnew in P Vnew (the kernel: fp16 only)
-  // The presets: the kernel's design (vnew_in_pv for fp16 only), every operand once, and
-  // the kernel's design with S0 hi only in Q S0.
+  // The presets: the kernel's design (vnew_in_pv for fp16 only), every operand once, the
+  // kernel's design with S0 hi only in Q S0, that with Vnew split in P Vnew, and s0_once.
   static OperandSplits of(OperandRounding rounding, DType dtype);
 };
 

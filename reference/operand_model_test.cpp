@@ -57,8 +57,16 @@ TEST_CASE("operand model: split hi + lo keeps the state to about 16 bits, single
     CHECK(split < 10 * u * u);
     CHECK(single > 0.05 * u);
     CHECK(single < 2 * u);
-    // Q S0 feeds o only: rounding its S0 once leaves the state's bits alone.
+    // Q S0 and P Vnew feed o only: rounding Q S0's S0 once, or splitting Vnew in P Vnew, leaves
+    // the state's bits alone.
     CHECK(state_split == split);
+    CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::split_state_pv).hT) == split);
+    // S0 rounded once in K S0 too puts one rounding (u |K S0|) into every chunk's X: the state
+    // keeps fewer bits than with the split, still more than with every operand rounded once.
+    const double s0_once = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::s0_once).hT);
+    INFO("s0_once hT rel_rms " << s0_once);
+    CHECK(s0_once > split);
+    CHECK(s0_once < single);
   }
 }
 
@@ -78,6 +86,20 @@ TEST_CASE("operand model: o within the calibrated budget, and single rounding er
     CHECK(split <= 2 * emulation + u);
     CHECK(split < state_split);
     CHECK(state_split < single);
+    // split_state_pv: for bf16, Vnew split in P Vnew takes back part of what Q S0's single S0
+    // costs; fp16 splits Vnew there in every preset but single.
+    const double state_split_pv = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::split_state_pv).o);
+    INFO("split_state_pv o rel_rms " << state_split_pv);
+    if (dtype == DType::bf16)
+      CHECK(state_split_pv < state_split);
+    else
+      CHECK(state_split_pv == state_split);
+    // s0_once (S0 once in both S0 products, Vnew split in P Vnew): within the same budget, and
+    // more accurate than single rounding.
+    const double s0_once = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::s0_once).o);
+    INFO("s0_once o rel_rms " << s0_once);
+    CHECK(s0_once <= 2 * emulation + u);
+    CHECK(s0_once < single);
   }
 }
 
