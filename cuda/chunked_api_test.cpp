@@ -272,9 +272,9 @@ TEST_CASE("chunked api: the V tile fills 132 SMs on the issue's shapes; counters
 }
 
 TEST_CASE("chunked api: the sequence split: options, plan, segments, workspace", "[chunked][api]") {
-  // Options: -1 is automatic, other negatives are rejected; fp32 has no split.
+  // Options: -1 is automatic, -2 by the heads, other negatives are rejected; fp32 has no split.
   ChunkedOptions bad;
-  bad.split_chunks = -2;
+  bad.split_chunks = -3;
   require_rejected(base(), "split_chunks", bad);
   Problem f32 = base();
   f32.input_dtype = DType::f32;
@@ -343,4 +343,41 @@ TEST_CASE("chunked api: the sequence split: options, plan, segments, workspace",
   }
   // Short sequences are never cut automatically.
   CHECK(chunked_plan(shape(1, 64 * 4, 1, 1), automatic, 132).split_chunks == 0);
+}
+
+TEST_CASE("chunked api: the split by the heads depends on HV, V and the dtype alone", "[chunked][api]") {
+  auto shape = [](std::vector<std::int64_t> lengths, int H, int HV) {
+    Problem p = Problem::packed(lengths, H, HV, 128, 128);
+    p.input_dtype = DType::bf16;
+    return p;
+  };
+  ChunkedOptions heads;
+  heads.split_chunks = kChunkedSplitByHeads;
+  // H 2 HV 8: 8 x 8 blocks at BV 16, half of 132 SMs at most: segments of 32 chunks, whatever else is
+  // in the batch (one sequence, or many: the same rule, so the same bits for each sequence).
+  const Problem low = shape({32768}, 2, 8);
+  CHECK(chunked_split_by_heads(low) == 32);
+  CHECK(chunked_plan(low, heads, 132).split_chunks == 32);
+  CHECK(chunked_split_by_heads(shape({32768, 100, 5000, 32768, 32768, 32768}, 2, 8)) == 32);
+  CHECK(chunked_plan(low, heads, 20).split_chunks == 32);  // not the device's SM count either
+  // H 16 HV 16: 128 blocks, almost one per SM: no split; H 16 HV 32: 256: none.
+  CHECK(chunked_split_by_heads(shape({32768}, 16, 16)) == 0);
+  const Problem qwen = shape({32768}, 16, 32);
+  CHECK(chunked_split_by_heads(qwen) == 0);
+  CHECK(chunked_plan(qwen, heads, 132).split_chunks == 0);
+  // fp32 has no split.
+  Problem f32 = low;
+  f32.input_dtype = DType::f32;
+  CHECK(chunked_split_by_heads(f32) == 0);
+  // Accepted, and the caller's workspace is checked against the resolved split (two segments).
+  const Problem two = shape({4096}, 2, 8);
+  FakeTensors f(two);
+  CHECK_NOTHROW(validate_chunked_prefill(two, f.t, heads));
+  std::vector<unsigned char> space(chunked_workspace_bytes(two, 32) + 16);
+  ChunkedOptions given = heads;
+  given.workspace = space.data() + (16 - reinterpret_cast<std::uintptr_t>(space.data()) % 16) % 16;
+  given.workspace_bytes = chunked_workspace_bytes(two, 0);  // the unsplit size: too small
+  require_rejected(two, "workspace", given);
+  given.workspace_bytes = chunked_workspace_bytes(two, 32);
+  CHECK_NOTHROW(validate_chunked_prefill(two, f.t, given));
 }

@@ -11,7 +11,7 @@
 // a serving framework would: the default pool's cudaMallocAsync would otherwise hand the memory
 // back at every synchronisation and map it again in the timed call.
 // Args: shape index (see kShapes), value tile (0: automatic), sequence split (0: off, -1:
-// automatic, else chunks per segment; ChunkedOptions::split_chunks).
+// automatic, -2: by the heads, else chunks per segment; ChunkedOptions::split_chunks).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -261,7 +261,7 @@ void arguments(benchmark::internal::Benchmark* b) {
   const std::map<std::int64_t, std::vector<int>> sweep{{0, {64, 32}}, {1, {16, 64}}, {3, {32}}, {4, {128, 64}}};
   const std::map<std::int64_t, std::vector<std::vector<int>>> splits{
       {1, {{0, -1}, {128, 128}, {128, 64}}},
-      {3, {{0, -1}, {128, 16}, {128, 32}, {128, 64}, {64, 32}}},
+      {3, {{0, -1}, {0, -2}, {128, 16}, {128, 32}, {128, 64}, {64, 32}}},
       {4, {{0, -1}, {128, 32}, {64, 32}}}};
   for (std::size_t i = 0; i < shapes().size(); ++i) {
     b->Args({std::int64_t(i), 0, 0});

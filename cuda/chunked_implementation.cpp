@@ -122,6 +122,7 @@ std::string ChunkedPrefillKernel::name() const {
   if (options_.value_tile != 0) n += ".bv" + std::to_string(options_.value_tile);
   if (options_.split_chunks > 0) n += ".split" + std::to_string(options_.split_chunks);
   if (options_.split_chunks == kChunkedSplitAuto) n += ".split_auto";
+  if (options_.split_chunks == kChunkedSplitByHeads) n += ".split_heads";
   if (cu_seqlens_type_ == IndexType::i64) n += ".cu64";
   return n;
 }

@@ -151,7 +151,16 @@ std::size_t chunked_workspace_bytes(const Problem& p, int split_chunks) {
 
 std::size_t chunked_workspace_bytes(const Problem& p) { return chunked_workspace_bytes(p, 0); }
 
-ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& options, int multiprocessors) {
+int chunked_split_by_heads(const Problem& p) {
+  constexpr std::int64_t kHalfBlocks = 66;  // half the H200's 132 SMs (a constant: see the header)
+  constexpr int kSegmentChunks = 32;
+  if (p.input_dtype == DType::f32) return 0;
+  return std::int64_t(p.HV) * (p.V / 16) <= kHalfBlocks ? kSegmentChunks : 0;
+}
+
+ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int multiprocessors) {
+  ChunkedOptions options = given;
+  if (options.split_chunks == kChunkedSplitByHeads) options.split_chunks = chunked_split_by_heads(p);
   // The cost model of chunked_value_tile, per pass, in units of one block's fixed per-chunk
   // work (64 + BV per chunk; 1 unit ~ 0.036 us on the H200):
   //   output pass: max(longest chain (a segment's chunks), all block-chunks / resident blocks);
@@ -270,9 +279,9 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
       fail("debug", "total_chunks must be " + str(chunked_chunk_offsets(problem, nullptr)) + " for this batch, got " +
                         str(d.total_chunks));
   }
-  if (options.split_chunks < kChunkedSplitAuto)
-    fail("split_chunks", "must be 0 (off), kChunkedSplitAuto (-1) or a positive number of chunks, got " +
-                             str(options.split_chunks));
+  if (options.split_chunks < kChunkedSplitByHeads)
+    fail("split_chunks", "must be 0 (off), kChunkedSplitAuto (-1), kChunkedSplitByHeads (-2) or a positive number "
+                         "of chunks, got " + str(options.split_chunks));
   if (options.split_chunks > 0 && problem.input_dtype == DType::f32)
     fail("split_chunks", "the sequence split runs on the bf16/fp16 kernel only; fp32 inputs need 0, got " +
                              str(options.split_chunks));
@@ -289,7 +298,10 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
   if (options.workspace) {
     if (reinterpret_cast<std::uintptr_t>(options.workspace) % 16 != 0) fail("workspace", "must be 16-byte aligned");
     // (kChunkedSplitAuto: checked by chunked_prefill once the split is chosen, still before any launch.)
-    if (options.split_chunks != kChunkedSplitAuto) check_workspace(problem, options, options.split_chunks);
+    if (options.split_chunks == kChunkedSplitByHeads)
+      check_workspace(problem, options, chunked_split_by_heads(problem));
+    else if (options.split_chunks != kChunkedSplitAuto)
+      check_workspace(problem, options, options.split_chunks);
   } else if (options.workspace_bytes != 0) {
     fail("workspace", "is null but workspace_bytes is " + std::to_string(options.workspace_bytes));
   }

@@ -43,6 +43,9 @@ namespace gdn::cuda {
 constexpr int kChunkSize = 64;
 // ChunkedOptions::split_chunks: choose the sequence split from the batch shape (chunked_plan).
 constexpr int kChunkedSplitAuto = -1;
+// ChunkedOptions::split_chunks: choose it from the heads alone (chunked_split_by_heads): batch
+// invariant.
+constexpr int kChunkedSplitByHeads = -2;
 
 // Debug mode: per-chunk intermediates of the kernel, in fp32, for comparison with
 // reference::ChunkTrace. Chunk index = chunk_offsets[n] + (chunk within sequence n), i.e. chunks
@@ -84,9 +87,24 @@ struct ChunkedOptions {
   //   kChunkedSplitAuto: chosen with the V tile from the batch shape (chunked_plan); fastest,
   //        but whether and where a sequence is cut then depends on the rest of the batch, so
   //        this mode is not batch invariant.
-  // fp32 inputs: 0 only (the fp32 kernel has no split; kChunkedSplitAuto means 0 there).
+  //   kChunkedSplitByHeads: chosen from the problem's heads and V alone
+  //        (chunked_split_by_heads): segments of 32 chunks where one sequence's blocks at the
+  //        narrowest V tile fill at most half an H200, else none. Nothing of the batch enters, so it
+  //        is batch invariant and deterministic like a fixed value; for few-head models
+  //        (H200, H 2 HV 8, 1 x 32768: 0.662 ms against 1.107 unsplit), at the cost of the
+  //        affine pass where the batch would have filled the GPU anyway.
+  // fp32 inputs: 0 only (the fp32 kernel has no split; kChunkedSplitAuto and
+  // kChunkedSplitByHeads mean 0 there).
   int split_chunks = 0;
 };
+
+// kChunkedSplitByHeads resolved: 32 chunks for bf16 / fp16 when HV x V / 16 (one sequence's
+// blocks at the narrowest V tile) is at most 66, half the H200's 132 SMs, else 0. The split's
+// affine pass about doubles the state work, so it pays only where most SMs would idle; the
+// bound is a constant so that no bit depends on the device. 32 was the fastest segment at
+// H 2 HV 8 (64 blocks), 1 x 32768 on the H200 (08a9246: 16 chunks 0.815 ms, 32 0.662, 64 0.755,
+// BV 128; unsplit 1.107). Host-side, no CUDA call.
+int chunked_split_by_heads(const Problem& problem);
 
 // What a launch runs: the V tile and the resolved sequence split (0 = none), with the number of
 // units (segments, or sequences when not split) and the cost model's estimate in units of one

@@ -487,7 +487,9 @@ TEST_CASE("chunked: the sequence split (segments of 1 to 3 chunks, automatic) wi
     ChunkedOptions options;
     // Segments of 1 to 3 chunks cut the suite's sequences (up to 5 chunks) into up to 5 segments:
     // the combine runs (3 or more segments), segment 0's h0, last segments' hT, empty sequences.
-    options.split_chunks = i % 4 == 3 ? kChunkedSplitAuto : 1 + i % 3;
+    // (By the heads: 32-chunk segments where HV x V / 16 <= 66, so these sequences stay whole,
+    // through the split's passes.)
+    options.split_chunks = i % 8 == 7 ? kChunkedSplitByHeads : i % 4 == 3 ? kChunkedSplitAuto : 1 + i % 3;
     if (i % 5 == 4) options.value_tile = 16;  // transition tiles narrower than K
     ChunkedPrefillKernel kernel(options);
     const Inputs inputs = c.inputs();
