@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <iterator>
 #include <random>
 #include <string>
 
@@ -36,6 +35,7 @@ int main(int argc, char** argv) {
     std::function<void(reference::OperandSplits&)> drop;
     int failures = 0;
     double worst = 0;
+    bool wanted = true;  // GDN_STUDY_MODELS
   };
   Model models[] = {
       {"split (the kernel)", [](reference::OperandSplits&) {}},
@@ -52,14 +52,13 @@ int main(int argc, char** argv) {
        }},
       {"single", [](reference::OperandSplits& s) { s = reference::OperandSplits{false, false, false, false, false, false}; }},
   };
-  bool wanted[std::size(models)];
   const char* const pieces = std::getenv("GDN_STUDY_MODELS");
-  for (std::size_t m = 0; m < std::size(models); ++m) {
-    wanted[m] = pieces == nullptr || *pieces == '\0';
-    for (std::string rest = pieces ? pieces : ""; !wanted[m] && !rest.empty();) {
+  for (Model& m : models) {
+    m.wanted = pieces == nullptr || *pieces == '\0';
+    for (std::string rest = pieces ? pieces : ""; !m.wanted && !rest.empty();) {
       const std::size_t bar = rest.find('|');
       const std::string piece = rest.substr(0, bar);
-      wanted[m] = !piece.empty() && std::string(models[m].name).find(piece) != std::string::npos;
+      m.wanted = !piece.empty() && std::string(m.name).find(piece) != std::string::npos;
       rest = bar == std::string::npos ? "" : rest.substr(bar + 1);
     }
   }
@@ -69,9 +68,8 @@ int main(int argc, char** argv) {
     const Inputs inputs = c.inputs();
     const Outputs<double> exact = reference::sequential<double>(c.problem, inputs);
     const Outputs<double> emulation = reference::emulate(c.problem, inputs, Formulation::chunked, 64);
-    for (std::size_t index = 0; index < std::size(models); ++index) {
-      if (!wanted[index]) continue;
-      Model& m = models[index];
+    for (Model& m : models) {
+      if (!m.wanted) continue;
       reference::OperandSplits splits = reference::OperandSplits::of(reference::OperandRounding::split, c.problem.input_dtype);
       m.drop(splits);
       const auto j = cuda::chunked_testbed::judge(c.problem, inputs, exact, emulation,
@@ -83,9 +81,7 @@ int main(int argc, char** argv) {
   }
   std::printf("%d cases of the GPU suite's conformance generator (seed %llu)\n", cases,
               static_cast<unsigned long long>(seed));
-  for (std::size_t index = 0; index < std::size(models); ++index)
-    if (wanted[index])
-      std::printf("%-32s %4d failed, worst margin %.3f\n", models[index].name, models[index].failures,
-                  models[index].worst);
+  for (const Model& m : models)
+    if (m.wanted) std::printf("%-32s %4d failed, worst margin %.3f\n", m.name, m.failures, m.worst);
   return 0;
 }

@@ -45,9 +45,10 @@ TEST_CASE("operand model: split hi + lo keeps the state to about 16 bits, single
     const Problem p = varlen(dtype);
     const Inputs in = fuzz::make_inputs(p, {}, 5);
     const Outputs<double> exact = reference::sequential<double>(p, in);
-    const double split = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::split).hT);
-    const double single = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::single).hT);
-    const double state_split = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::split_state).hT);
+    auto error = [&](OperandRounding r) { return rel_rms(exact.hT, reference::emulate_operands(p, in, r).hT); };
+    const double split = error(OperandRounding::split);
+    const double single = error(OperandRounding::single);
+    const double state_split = error(OperandRounding::split_state);
     INFO(dtype_name(dtype) << ": hT rel_rms split " << split << ", split_state " << state_split << ", single " << single);
     // Per operand, hi + lo errs by u^2 of the dtype (2^-16 for bf16, 2^-22 for fp16) and a single
     // rounding by u (2^-8, 2^-11); over a few hundred tokens of contractive updates the state's
@@ -60,10 +61,10 @@ TEST_CASE("operand model: split hi + lo keeps the state to about 16 bits, single
     // Q S0 and P Vnew feed o only: rounding Q S0's S0 once, or splitting Vnew in P Vnew, leaves
     // the state's bits alone.
     CHECK(state_split == split);
-    CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::split_state_pv).hT) == split);
+    CHECK(error(OperandRounding::split_state_pv) == split);
     // S0 rounded once in K S0 too puts one rounding (u |K S0|) into every chunk's X: the state
     // keeps fewer bits than with the split, still more than with every operand rounded once.
-    const double s0_once = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::s0_once).hT);
+    const double s0_once = error(OperandRounding::s0_once);
     INFO("s0_once hT rel_rms " << s0_once);
     CHECK(s0_once > split);
     CHECK(s0_once < single);
@@ -76,9 +77,10 @@ TEST_CASE("operand model: o within the calibrated budget, and single rounding er
     const Inputs in = fuzz::make_inputs(p, {}, 6);
     const Outputs<double> exact = reference::sequential<double>(p, in);
     const double emulation = rel_rms(exact.o, reference::emulate(p, in, Formulation::chunked).o);
-    const double split = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::split).o);
-    const double state_split = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::split_state).o);
-    const double single = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::single).o);
+    auto error = [&](OperandRounding r) { return rel_rms(exact.o, reference::emulate_operands(p, in, r).o); };
+    const double split = error(OperandRounding::split);
+    const double state_split = error(OperandRounding::split_state);
+    const double single = error(OperandRounding::single);
     INFO(dtype_name(dtype) << ": o rel_rms emulation " << emulation << ", split " << split << ", split_state "
                            << state_split << ", single " << single);
     // The calibrated budget's form (oracle/BUDGETS.md): 2 x the fp32 emulation + 1 u of the dtype.
@@ -88,7 +90,7 @@ TEST_CASE("operand model: o within the calibrated budget, and single rounding er
     CHECK(state_split < single);
     // split_state_pv: for bf16, Vnew split in P Vnew takes back part of what Q S0's single S0
     // costs; fp16 splits Vnew there in every preset but single.
-    const double state_split_pv = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::split_state_pv).o);
+    const double state_split_pv = error(OperandRounding::split_state_pv);
     INFO("split_state_pv o rel_rms " << state_split_pv);
     if (dtype == DType::bf16)
       CHECK(state_split_pv < state_split);
@@ -96,7 +98,7 @@ TEST_CASE("operand model: o within the calibrated budget, and single rounding er
       CHECK(state_split_pv == state_split);
     // s0_once (S0 once in both S0 products, Vnew split in P Vnew): within the same budget, and
     // more accurate than single rounding.
-    const double s0_once = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::s0_once).o);
+    const double s0_once = error(OperandRounding::s0_once);
     INFO("s0_once o rel_rms " << s0_once);
     CHECK(s0_once <= 2 * emulation + u);
     CHECK(s0_once < single);
