@@ -156,12 +156,14 @@ TEST_CASE("chunked api: value tile and debug options are checked", "[chunked][ap
   big.value_tile = 128;  // does not divide V
   require_rejected(narrow, "value_tile", big);
 
-  Problem f16 = base();  // K = 128
+  Problem f16 = base();  // K = 128: fp16 has tile 128 too (the same plan as bf16)
   f16.input_dtype = DType::f16;
-  require_rejected(f16, "value_tile", big);  // no fp16 instance of K 128, tile 128
-  f16.K = 64;
-  FakeTensors f(f16);
-  CHECK_NOTHROW(validate_chunked_prefill(f16, f.t, big));
+  {
+    FakeTensors f(f16);
+    CHECK_NOTHROW(validate_chunked_prefill(f16, f.t, big));
+  }
+  f16.input_dtype = DType::f32;
+  require_rejected(f16, "value_tile", big);
 
   ChunkedDebug partial;
   ChunkedOptions debug;
@@ -207,13 +209,12 @@ TEST_CASE("chunked api: blocks per SM of the state kernel's instances", "[chunke
   p.input_dtype = DType::f32;
   for (int tile : {16, 32}) CHECK(chunked_blocks_per_sm(p, tile) == 1);
   CHECK(chunked_blocks_per_sm(p, 64) == 0);  // no fp32 instance
-  // fp16: the Vnew lo tile of P Vnew leaves K 64, tile 16 at two blocks; K 128 has no tile 128.
+  // fp16: the same plans as bf16 (both split Vnew in P Vnew).
   p.input_dtype = DType::f16;
   CHECK(chunked_blocks_per_sm(p, 16) == 2);
   for (int tile : {32, 64, 128}) CHECK(chunked_blocks_per_sm(p, tile) == 1);
   p.K = 128;
-  for (int tile : {16, 32, 64}) CHECK(chunked_blocks_per_sm(p, tile) == 1);
-  CHECK(chunked_blocks_per_sm(p, 128) == 0);
+  for (int tile : {16, 32, 64, 128}) CHECK(chunked_blocks_per_sm(p, tile) == 1);
 }
 
 TEST_CASE("chunked api: a null or misaligned tensor is caught by the shared rules", "[chunked][api]") {
@@ -260,10 +261,10 @@ TEST_CASE("chunked api: the V tile fills 132 SMs on the issue's shapes; counters
   Problem f32 = shape(1, 1000, 2, 8);
   f32.input_dtype = DType::f32;
   CHECK(chunked_value_tile(f32, 132) <= 32);
-  // fp16 at K = 128 has no tile 128: two waves of 64 instead.
+  // fp16 at K = 128: the same choice as bf16.
   Problem f16 = shape(4, 8192, 16, 32);
   f16.input_dtype = DType::f16;
-  CHECK(chunked_value_tile(f16, 132) == 64);
+  CHECK(chunked_value_tile(f16, 132) == 128);
   // 4 C (K + V) + 6 K V per token per value head at C = 64, K = V = 128.
   CHECK(chunked_flops(shape(1, 1, 1, 1)) == 163840.0);
   std::vector<std::int64_t> offsets;

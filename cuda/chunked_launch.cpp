@@ -50,14 +50,11 @@ std::pair<std::string, std::string> unsupported(const Problem& p) {
 }
 
 // The V tiles the kernel has for the problem's dtype and K (chunked_kernel.cuh, for_instance),
-// widest first. fp32: 32 and 16, its fp32 operands need twice the shared memory. fp16 at K > 64:
-// no 128. fp16 feeds Vnew to the intra-chunk term P Vnew as hi + lo, and that tile did not fit
-// beside the mma.sync plan at K = 128, BV = 128 (227 KB). The wgmma plan would fit it (224.5 KB)
-// but that instance is not built or tested yet; leaving the split out instead is not an option,
-// the tile may change no bit.
+// widest first. fp32: 32 and 16, its fp32 operands need twice the shared memory. bf16 and fp16:
+// 128 to 16 (both split Vnew in P Vnew; at K 128, BV 128 the plan with that tile takes 223 KB of
+// the 227).
 std::vector<int> tile_sizes(const Problem& p) {
   if (p.input_dtype == DType::f32) return {32, 16};
-  if (p.input_dtype == DType::f16 && p.K > 64) return {64, 32, 16};
   return {128, 64, 32, 16};
 }
 

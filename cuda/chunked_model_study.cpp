@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
   const int cases = argc > 1 ? std::atoi(argv[1]) : 1000;
   // The seed of chunked_test.cpp's conformance property (GDN_SEED moves it, as there).
   const std::uint64_t seed = cuda::testbed::property_seed("cuda.chunked_prefill", "conformance");
-  // The kernel's design, the design with Vnew split in P Vnew for bf16 too (fp16 has it), then
+  // The kernel's design until 2026-12-05 (split), the design with Vnew split in P Vnew for bf16
+  // too (fp16 has it), the kernel's design since (split_state + Vnew hi + lo in P Vnew), then
   // each lo pass dropped on top of S0 hi in Q S0 (wgmma a warpgroup saves per chunk at K 128:
   // Q S0 lo 8, K S0 lo 8, T lo 4, X lo 4, Vnew_d lo 8), then single rounding everywhere.
   struct Model {
@@ -38,10 +39,10 @@ int main(int argc, char** argv) {
     bool wanted = true;  // GDN_STUDY_MODELS
   };
   Model models[] = {
-      {"split (the kernel)", [](reference::OperandSplits&) {}},
+      {"split (the kernel until 12-05)", [](reference::OperandSplits&) {}},
       {"split + Vnew hi + lo in P Vnew", [](reference::OperandSplits& s) { s.vnew_in_pv = true; }},
       {"split_state: S0 hi in Q S0", [](reference::OperandSplits& s) { s.s0_in_qs = false; }},
-      {"split_state + Vnew hi + lo in P Vnew", [](reference::OperandSplits& s) { s.s0_in_qs = false, s.vnew_in_pv = true; }},
+      {"split_state + Vnew split (the kernel)", [](reference::OperandSplits& s) { s.s0_in_qs = false, s.vnew_in_pv = true; }},
       {"split_state + T hi only", [](reference::OperandSplits& s) { s.s0_in_qs = s.t = false; }},
       {"split_state + X hi only", [](reference::OperandSplits& s) { s.s0_in_qs = s.x = false; }},
       {"split_state + Vnew_d hi only", [](reference::OperandSplits& s) { s.s0_in_qs = s.vnew_d = false; }},

@@ -3,8 +3,8 @@
 // bf16 and fp16 instances on Hopper's warpgroup MMA (wgmma). fp32 keeps chunked_forward (plain
 // FMAs, no TF32).
 //
-// Same algebra, operands and hi + lo splits as chunked_forward (the header of chunked_kernel.cuh
-// has them); what differs is how the products run:
+// Same algebra as chunked_forward, with the roundings of the computed operands the header of
+// chunked_kernel.cuh gives for bf16 / fp16; what differs is how the products run:
 //   - 2 warpgroups of 4 warps; warpgroup w owns the value columns [w BV/2, (w + 1) BV/2) of the
 //     block's V tile, the K x BV/2 slice of the state in its registers and every product of its
 //     columns: X = K S0 and O = Q S0, Vnew = T X, O += P Vnew, S = decay S + K^T Vnew_d. The
@@ -261,12 +261,13 @@ static __device__ long long phase_clock[2 * kPhaseChunks * kPhases];
 #endif
 
 // Shared memory of the wgmma forward: one (sequence, value head, V tile) per block.
-template <class E, int KP, int BV>
+// kAffine: the sequence split's affine pass, which has no P Vnew and so no Vnew lo tile.
+template <class E, int KP, int BV, bool kAffine = false>
 struct WgPlan {
   using Rec = PrepPlan<E, KP>;
   static_assert(sizeof(E) == 2, "wgmma operands are bf16 or fp16");
   static constexpr int NW = BV / 2;  // value columns per warpgroup
-  static constexpr bool split_pv = Elem<E>::split_pv;
+  static constexpr bool split_pv = !kAffine;  // Vnew hi + lo in P Vnew (the kernel header says why)
   static constexpr std::size_t es = sizeof(E);
   // The copied tiles are unpadded and swizzled (tma_offset): Q, K and V as the tensor memory
   // accelerator writes its boxes of 64 tokens (Q, K: slabs of 64 columns, 8 KB each; V: one
@@ -286,11 +287,16 @@ struct WgPlan {
   static_assert(Rec::rec_tlo == Rec::tile_bytes && Rec::rec_p == 2 * Rec::tile_bytes &&
                     Rec::rec_scalar == 3 * Rec::tile_bytes && Rec::tile_bytes == c_bytes,
                 "record tiles in order, unpadded");
-  // Per warpgroup: S0 hi, S0 lo (KP x NW), then X hi, X lo, Vnew_d lo (64 x NW) and, for fp16,
-  // Vnew lo; Vnew and Vnew_d hi take the places of X hi and X lo once T X is done.
+  // Per warpgroup: S0 hi, S0 lo (KP x NW), then X hi, X lo (64 x NW) and, but in the affine
+  // pass, Vnew lo. Vnew and Vnew_d hi take the places of X hi and X lo once T X is done, and
+  // Vnew_d lo the start of S0 lo's: S0 lo is dead from K S0's end (waited for before the X
+  // epilogue) to the next S0 operand's write, which comes after the state update (Vnew_d lo's
+  // reader) is done. That keeps the K 128, BV 32 plan small enough for a prepass block beside it
+  // (the chunk-range pipeline) with the Vnew lo tile in it.
   static constexpr std::size_t s_tile = std::size_t(KP) * NW * es;
   static constexpr std::size_t r_tile = std::size_t(kC) * NW * es;
-  static constexpr int r_tiles = split_pv ? 4 : 3;
+  static_assert(r_tile <= s_tile, "Vnew_d lo fits in S0 lo's place");
+  static constexpr int r_tiles = split_pv ? 3 : 2;
   static constexpr std::size_t wg_bytes = 2 * s_tile + r_tiles * r_tile;
   static_assert(s_tile % 128 == 0 && r_tile % 128 == 0, "B tiles keep 128-byte alignment");
 
@@ -325,9 +331,9 @@ struct WgPlan {
 // instance 80 bytes of spills in the chunk loop).
 enum class WgMode { output, affine, debug };
 template <class E, int KP, int BV, WgMode kMode = WgMode::output>
-__global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
+__global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::affine>::min_blocks)
     chunked_forward_wg(const __grid_constant__ ChunkedParams p) {
-  using L = WgPlan<E, KP, BV>;
+  using L = WgPlan<E, KP, BV, kMode == WgMode::affine>;
   using R = typename L::Rec;
   using E2 = std::conditional_t<std::is_same_v<E, __half>, __half2, __nv_bfloat162>;
   static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
@@ -350,10 +356,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
   E* const Slo = reinterpret_cast<E*>(mine + L::s_tile);
   E* const Xhi = reinterpret_cast<E*>(mine + 2 * L::s_tile);
   E* const Xlo = reinterpret_cast<E*>(mine + 2 * L::s_tile + L::r_tile);
-  E* const Vdlo = reinterpret_cast<E*>(mine + 2 * L::s_tile + 2 * L::r_tile);
-  E* const Vnlo = reinterpret_cast<E*>(mine + 2 * L::s_tile + 3 * L::r_tile);  // fp16 only
+  E* const Vnlo = reinterpret_cast<E*>(mine + 2 * L::s_tile + 2 * L::r_tile);  // not in the affine pass
   E* const Vn = Xhi;    // after T X
   E* const Vdhi = Xlo;  // after T X
+  E* const Vdlo = Slo;  // after K S0, until the state update is done (WgPlan)
 
   // Block = (unit, value head j, tile): a unit is a sequence, or a segment of one with the
   // sequence split (ChunkedParams). Pass 1 puts ceil(K / BV) transition tiles (the columns of
@@ -597,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     }
     const float decay = scalars_c[5 * kC];
 
-    // --- X = K S0, O = Q S0 (S0 as hi + lo) ------------------------------------------------
+    // --- X = K S0 (S0 as hi + lo), O = Q S0 (S0 hi) -------------------------------------------
     float X[NT][4], O[NT][4];
     wg::zero(X);
     wg::zero(O);
@@ -618,8 +624,6 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
         wg::fence();
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qc, ks), wg::b_desc<NW>(Shi, ks), E{});
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qc, ks), wg::b_desc<NW>(Slo, ks), E{});
       }
       wg::commit();  // (empty in pass 1)
     }
@@ -725,7 +729,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
     }
     GDN_PHASE(12);
 
-    // --- O += P Vnew (fp16: + P Vnew lo per k step); S = decay S + K^T Vnew_d (hi, then lo) ---
+    // --- O += P Vnew hi + P Vnew lo per k step; S = decay S + K^T Vnew_d (hi, then lo) -------
     {
       std::uint32_t akt[CS][MH][4];
       const int i8 = lane >> 3, r8 = lane & 7;
@@ -773,7 +777,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV>::min_blocks)
         if (r < p.K) *reinterpret_cast<float2*>(dst + static_cast<std::int64_t>(r) * p.V + col) = make_float2(x0, x1);
       });
     }
-    // The next chunk's S0 operand: this chunk's S0 products finished before the second barrier.
+    // The next chunk's S0 operand: this chunk's S0 products finished before the second barrier,
+    // and every warp's share of the state update, which read Vnew_d lo in S0 lo's place, is done
+    // once the warpgroup is past this barrier.
+    wg::sync(group);
     write_state_operand();
     GDN_PHASE(16);
     wg::wait_all();

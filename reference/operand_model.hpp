@@ -1,9 +1,9 @@
 #pragma once
 // A model of what the chunked GPU kernel's design computes (cuda/chunked_kernel.cuh, header):
 // the chunked form (§4, C = 64) in fp32, with every computed tensor-core operand rounded to the
-// input dtype where the kernel rounds it, either split hi + lo (the kernel: S0 in K S0 and Q S0,
-// T and X in T X, the decayed Vnew in the state update; P once; Vnew once for bf16 and split
-// for fp16 in P Vnew) or rounded once (every one of them, as kernels that single-round their
+// input dtype where the kernel rounds it, either split hi + lo (the kernel, split_state_pv: S0
+// in K S0, T and X in T X, the decayed Vnew in the state update, Vnew in P Vnew; S0 hi only in
+// Q S0; P once) or rounded once (every one of them, as kernels that single-round their
 // operands do, fla's among them). The raw q, k, v are exact operands; the norms, gates and
 // decays are fp32 scales as in the kernel; o is rounded once at the end. fp32 inputs are never
 // rounded (the kernel's fp32 path has no tensor-core operands).
@@ -17,13 +17,16 @@
 
 namespace gdn::reference {
 
-// split: the kernel's design. single: every computed operand rounded once. split_state: hi + lo
+// split: the kernel's design until the H200 run of 2026-12-05 (S0 split in Q S0 too, Vnew once
+// in P Vnew for bf16): it failed 2 of the GPU suite's 1000 cases at seed 6 on the H200, as this
+// model predicted. single: every computed operand rounded once. split_state: hi + lo
 // only where the operand feeds the state (K S0, T X, the state update); Q S0, which feeds only
 // o, takes S0 rounded once (an eighth of the forward's tensor work, off its serial chain).
-// split_state_pv: split_state with Vnew hi + lo in P Vnew for bf16 too (fp16 has it): hT as
-// split's, o safer where P Vnew cancels (60 wgmma a warpgroup per chunk at K 128 instead of 64).
+// split_state_pv: the kernel's design since then: split_state with Vnew hi + lo in P Vnew for
+// bf16 too (fp16 had it): hT as split's, o safer where P Vnew cancels (60 wgmma a warpgroup per
+// chunk at K 128 instead of 64).
 // s0_once: S0 rounded once in both S0 products, Vnew hi + lo in P Vnew (52 wgmma; the state
-// keeps about 12 bits, not 16). Both built as kernel patches, not measured:
+// keeps about 12 bits, not 16), a kernel patch not measured:
 // reports/results/h200/profile/chunk_2026-12-05.
 enum class OperandRounding { split, single, split_state, split_state_pv, s0_once };
 
