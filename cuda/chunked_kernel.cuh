@@ -415,12 +415,10 @@ __device__ __forceinline__ int record_at(int row, int col) {
 // acc[0][NT][4] += A B^T over KSTEPS * 16 of k on tensor cores, A(m, k) and B(n, k) both in
 // swizzled<128> tiles (the prepass's q and k as the tensor copies leave them): warp_gemm's
 // fragments, k order and bits for !A_TRANS, !B_KN, MT = 1.
-// Only the first live_nt n tiles (warp-uniform, even) are computed; the others stay as they were.
 template <int NT, int KSTEPS, class E>
 __device__ __forceinline__ void warp_gemm_swizzled(float (&acc)[1][NT][4], const E* A, const E* B, int row0, int col0,
-                                                   int lane, int live_nt = NT) {
+                                                   int lane) {
   static_assert(Elem<E>::tensor && NT % 2 == 0, "bf16/fp16, pairs of n tiles");
-  if (live_nt <= 0) return;
   const int i = lane >> 3, r = lane & 7;
 #pragma unroll
   for (int ks = 0; ks < KSTEPS; ++ks) {
@@ -429,7 +427,6 @@ __device__ __forceinline__ void warp_gemm_swizzled(float (&acc)[1][NT][4], const
     ldsm_x4(af, A + swizzled<128>(row0 + (lane & 15), k0 + ((lane >> 4) << 3)));
 #pragma unroll
     for (int nt = 0; nt < NT; nt += 2) {
-      if (nt >= live_nt) break;
       std::uint32_t tmp[4];
       ldsm_x4(tmp, B + swizzled<128>(col0 + nt * 8 + r + ((i >> 1) << 3), k0 + ((i & 1) << 3)));
       const std::uint32_t b0[2] = {tmp[0], tmp[1]}, b1[2] = {tmp[2], tmp[3]};
@@ -463,9 +460,9 @@ struct PrepPlan {
   static constexpr std::size_t q_bytes =
       tma ? std::size_t(KP) * kC * es : align128(std::size_t(kC) * ldk * es);
   static constexpr std::size_t f_bytes = align128(std::size_t(kC) * ldf * 4);
-  // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay,
-  // the monotone flag. r_q and r_k are the pair's (head 0's arrays serve both).
-  static constexpr std::size_t scalar_bytes = align128(kC * 8 + 6 * kC * 4 + 8);
+  // gamma in double (64), then beta, r_q, r_k, e_start, e_end, segment (64 each), chunk decay.
+  // r_q and r_k are the pair's (head 0's arrays serve both).
+  static constexpr std::size_t scalar_bytes = align128(kC * 8 + 6 * kC * 4 + 4);
 
   // The T's live where Q and K were: they are dead after phase 1 (A and P), T is first
   // written in phase 2, after the barrier between them (ncu at 4 x 8192 on the H200: the
@@ -812,9 +809,6 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   auto een = [&](int head) { return bet(head) + 4 * kC; };
   auto seg = [&](int head) { return reinterpret_cast<int*>(bet(head) + 5 * kC); };
   auto chunk_decay = [&](int head) { return reinterpret_cast<float*>(seg(head) + kC); };
-  // 1 when every g of the chunk is <= 0 (gamma falls within each segment): phase 1 may factor
-  // its decays (below).
-  auto monotone = [&](int head) { return reinterpret_cast<int*>(chunk_decay(head) + 1); };
   float* const rq = bet(0) + kC;  // the norms: head 0's arrays, for both heads
   float* const rk = bet(0) + 2 * kC;
 
@@ -964,10 +958,6 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
     ee[2 * lane] = sa == s_last ? expf(float(g_last - ga)) : 0.f;
     ee[2 * lane + 1] = sb == s_last ? expf(float(g_last - gb)) : 0.f;
     if (lane == 31) *chunk_decay(my_head) = eb;
-    // NaN is not <= 0: a NaN gate keeps the chunk on the per-element exp.
-    const bool falls = __all_sync(0xffffffffu, !(2 * lane < c) || gv[0] <= 0.f) &&
-                       __all_sync(0xffffffffu, !(2 * lane + 1 < c) || gv[1] <= 0.f);
-    if (lane == 0) *monotone(my_head) = falls ? 1 : 0;
   }
   // The norms: 4 lanes per row (a warp's 8 rows at once), each summing a quarter of the row in
   // increasing k from 16-byte loads, then the 4 partial sums in a fixed butterfly. (One row per
@@ -1003,26 +993,25 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   // --- phase 1: A = masked K K^T (fp32), P = masked Q K^T (input dtype), per head from one
   // product each ------------------------------------------------------------------------------
   {
-    // The warp's n tiles of 8 columns, c8 = 4 wn + nt, against its rows [row0, row0 + 16):
-    //   nt < lower_nt: every column before row0 (strictly lower): decays factored, below;
-    //   nt < live_nt:  the tile meets the diagonal: one exp per element;
-    //   the rest:      every column after the rows: masked, zeros, no products.
-    // Warp-uniform: (wm, wn) = (0, 1) and (1, 1) compute no product at all.
-    const int live_nt = min(4, max(0, 2 * wm + 2 - 4 * wn));
-    const int lower_nt = min(4, max(0, 2 * wm - 4 * wn));
     float kk[1][4][4], qk[1][4][4];
     zero(kk);
     zero(qk);
     if constexpr (L::tma) {
-      warp_gemm_swizzled<4, KP / 16>(kk, Ks, Ks, row0, wn * 32, lane, live_nt);
-      warp_gemm_swizzled<4, KP / 16>(qk, Qs, Ks, row0, wn * 32, lane, live_nt);
+      warp_gemm_swizzled<4, KP / 16>(kk, Ks, Ks, row0, wn * 32, lane);
+      warp_gemm_swizzled<4, KP / 16>(qk, Qs, Ks, row0, wn * 32, lane);
     } else {
       warp_gemm<1, 4, KP / 16, false, false>(kk, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
       warp_gemm<1, 4, KP / 16, false, false>(qk, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
     }
     // A and P of each head from the same decays exp(gamma_i - gamma_j) (P's mask holds A's and
-    // the diagonal).
+    // the diagonal): one exp per element and head. The lane's 8 columns' r_k and gamma are loaded
+    // once (the stores to A in between kept the compiler from reusing them across rows).
     const int g8 = lane >> 2, t4 = lane & 3;
+    float rk_col[4][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) rk_col[nt][u] = rk[wn * 32 + nt * 8 + 2 * t4 + u];
 #pragma unroll 1
     for (int head = 0; head < heads; ++head) {
       const double* const gm = gam(head);
@@ -1032,56 +1021,25 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       // P to its record from the registers.
       E* const Ph = reinterpret_cast<E*>(p.ws_records + (g * p.HV + j0 + head) * static_cast<std::int64_t>(L::record_bytes) +
                                          L::rec_p);
-      // Strictly lower tiles (j < row0 <= i): exp(gamma_i - gamma_j) = exp(gamma_i - gamma_r)
-      // exp(gamma_r - gamma_j) with r = row0 between them. Inside the mask i, r and j are in one
-      // segment, so where gamma falls (every g <= 0) both exponents are <= 0: neither factor
-      // overflows, each is the exp of a difference (spec §4), and the lane takes one exp per row
-      // and per column instead of one per element (two roundings of the exponent and two exps
-      // for one: a few fp32 ulp either way). Outside the mask a factor may be inf (a reset
-      // between j and i): the selects drop it.
-      // col_w: the lane's 8 columns' r_k, times the column factor in lower tiles, loaded once
-      // per head (the stores to A in between kept the compiler from reusing them across rows).
-      const int lower = *monotone(head) ? lower_nt : 0;
-      const double g_ref = gm[row0];
-      float col_w[4][2];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          const int col = wn * 32 + nt * 8 + 2 * t4 + u;
-          col_w[nt][u] = nt < lower ? expf(float(g_ref - gm[col])) * rk[col] : rk[col];
-        }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = row0 + g8 + 8 * half;
         const int s = sg[i] > 0 ? sg[i] : 0;
         const double gi = gm[i];
         const float base_a = bt[i] * rk[i], base_p = rq[i];
-        const float f_row = lower > 0 ? expf(float(gi - g_ref)) : 0.f;
-        const float row_a = base_a * f_row, row_p = base_p * f_row;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int col = wn * 32 + nt * 8 + 2 * t4;
-          float a[2] = {0.f, 0.f}, q[2] = {0.f, 0.f};
-          if (nt < lower) {
+          float a[2], q[2];
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-              // col + u < row0 <= i: A's and P's masks are both col + u >= s here.
-              const bool inside = col + u >= s;
-              a[u] = inside ? row_a * col_w[nt][u] * kk[0][nt][2 * half + u] : 0.f;
-              q[u] = inside ? row_p * col_w[nt][u] * qk[0][nt][2 * half + u] : 0.f;
-            }
-          } else if (nt < live_nt) {
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-              // Outside the mask the exponent is -inf (exp gives 0): no branch around the exp,
-              // and no overflow from the upper triangle's positive gamma_i - gamma_j.
-              const bool inside = col + u <= i && col + u >= s;
-              const float w = expf(inside ? float(gi - gm[col + u]) : -INFINITY) * col_w[nt][u];
-              // Selects, not products with 0: a NaN in a later token's q or k stays out of row i.
-              a[u] = (inside && col + u < i) ? base_a * w * kk[0][nt][2 * half + u] : 0.f;
-              q[u] = inside ? base_p * w * qk[0][nt][2 * half + u] : 0.f;
-            }
+          for (int u = 0; u < 2; ++u) {
+            // Outside the mask the exponent is -inf (exp gives 0): no branch around the exp,
+            // and no overflow from the upper triangle's positive gamma_i - gamma_j.
+            const bool inside = col + u <= i && col + u >= s;
+            const float w = expf(inside ? float(gi - gm[col + u]) : -INFINITY) * rk_col[nt][u];
+            // Selects, not products with 0: a NaN in a later token's q or k stays out of row i.
+            a[u] = (inside && col + u < i) ? base_a * w * kk[0][nt][2 * half + u] : 0.f;
+            q[u] = inside ? base_p * w * qk[0][nt][2 * half + u] : 0.f;
           }
           *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
           store2(Ph + record_at<E>(i, col), q[0], q[1]);
@@ -1125,57 +1083,37 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       const float* arow = Ah + (16 * bi + rr) * ldf + 16 * kb;
       const float* tb = Th + (16 * kb) * ldf + 16 * bj + c0;
 #pragma unroll
-      for (int k4 = 0; k4 < 16; k4 += 4) {
-        // A's row in 16-byte pieces (rows of ldf floats start on 16 bytes, as do the blocks).
-        const float4 a4 = *reinterpret_cast<const float4*>(arow + k4);
-        const float as[4] = {a4.x, a4.y, a4.z, a4.w};
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int kk = k4 + u;
-          const float a = as[u];
-          const float4 t0 = *reinterpret_cast<const float4*>(tb + kk * ldf);
-          const float4 t1 = *reinterpret_cast<const float4*>(tb + kk * ldf + 4);
-          y[0] = fmaf(a, t0.x, y[0]);
-          y[1] = fmaf(a, t0.y, y[1]);
-          y[2] = fmaf(a, t0.z, y[2]);
-          y[3] = fmaf(a, t0.w, y[3]);
-          y[4] = fmaf(a, t1.x, y[4]);
-          y[5] = fmaf(a, t1.y, y[5]);
-          y[6] = fmaf(a, t1.z, y[6]);
-          y[7] = fmaf(a, t1.w, y[7]);
-        }
+      for (int kk = 0; kk < 16; ++kk) {
+        const float a = arow[kk];
+        const float4 t0 = *reinterpret_cast<const float4*>(tb + kk * ldf);
+        const float4 t1 = *reinterpret_cast<const float4*>(tb + kk * ldf + 4);
+        y[0] = fmaf(a, t0.x, y[0]);
+        y[1] = fmaf(a, t0.y, y[1]);
+        y[2] = fmaf(a, t0.z, y[2]);
+        y[3] = fmaf(a, t0.w, y[3]);
+        y[4] = fmaf(a, t1.x, y[4]);
+        y[5] = fmaf(a, t1.y, y[5]);
+        y[6] = fmaf(a, t1.z, y[6]);
+        y[7] = fmaf(a, t1.w, y[7]);
       }
     }
   };
   auto finish = [&](int bi, int bj, const float (&y)[8]) {
     float* const Th = Tf(my_head);
-    // Row kk of Y is held by lanes 2 kk (columns 0-7) and 2 kk + 1 (8-15). It goes through
-    // T_ij's own place, which nothing reads before the next level's barrier: each lane stores
-    // its piece, then reads rows kk in increasing order, two 16-byte loads per kk where eight
-    // shuffles were (the same products in the same order: the same bits).
-    float* const out = Th + (16 * bi + rr) * ldf + 16 * bj + c0;
-    *reinterpret_cast<float4*>(out) = make_float4(y[0], y[1], y[2], y[3]);
-    *reinterpret_cast<float4*>(out + 4) = make_float4(y[4], y[5], y[6], y[7]);
-    __syncwarp();
+    // Row kk of Y is held by lanes 2 kk (columns 0-7) and 2 kk + 1 (8-15): shuffled over,
+    // summed in kk increasing.
     float z[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) z[e] = 0.f;
-    const float* const trow = Th + (16 * bi + rr) * ldf + 16 * bi;
-    const float* const ycol = Th + (16 * bi) * ldf + 16 * bj + c0;
+    const float* trow = Th + (16 * bi + rr) * ldf + 16 * bi;
 #pragma unroll
-    for (int k4 = 0; k4 < 16; k4 += 4) {
-      const float4 a4 = *reinterpret_cast<const float4*>(trow + k4);
-      const float as[4] = {a4.x, a4.y, a4.z, a4.w};
+    for (int kk = 0; kk < 16; ++kk) {
+      const float a = trow[kk];
+      const int src = 2 * kk + (lane & 1);
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float4 y0 = *reinterpret_cast<const float4*>(ycol + (k4 + u) * ldf);
-        const float4 y1 = *reinterpret_cast<const float4*>(ycol + (k4 + u) * ldf + 4);
-        const float ys[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) z[e] = fmaf(as[u], ys[e], z[e]);
-      }
+      for (int e = 0; e < 8; ++e) z[e] = fmaf(a, __shfl_sync(0xffffffffu, y[e], src), z[e]);
     }
-    __syncwarp();  // every lane's reads of Y, before T_ij takes its place
+    float* out = Th + (16 * bi + rr) * ldf + 16 * bj + c0;
     *reinterpret_cast<float4*>(out) = make_float4(-z[0], -z[1], -z[2], -z[3]);
     *reinterpret_cast<float4*>(out + 4) = make_float4(-z[4], -z[5], -z[6], -z[7]);
     __syncwarp();
