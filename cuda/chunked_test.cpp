@@ -162,6 +162,40 @@ TEST_CASE("chunked: sequences of 0, 1, 63, 64, 65, 127, 128, 129, 200 tokens in 
   CHECK(failures == 0);
 }
 
+// The bf16 K 128 x BV 128 output pass is its own kernel (chunked_wgmma_transposed.cuh). The
+// random invariance cases reach it only when they draw bf16 with K > 64 and V % 128 == 0; this
+// pins it: the boundary pack (every length class, h0 and hT, a reset and strong decay in the
+// gates) through it must be within budget and give BV 64's bits, and it is the small target the
+// device script runs compute-sanitizer on ("[transposed]").
+TEST_CASE("chunked: the transposed BV 128 pass (bf16, K 128) is within budget and gives BV 64's bits",
+          "[gpu][chunked][transposed]") {
+  int failures = 0;
+  for (const fuzz::GateRegime regime : {fuzz::GateRegime::mild, fuzz::GateRegime::strong}) {
+    Problem p = boundary_problem(DType::bf16, 2, 4, 128, 256);
+    fuzz::InputOptions input_options;
+    input_options.regime = regime;
+    const Inputs inputs = fuzz::make_inputs(p, input_options, 202);
+    ChunkedOptions wide, narrow;
+    wide.value_tile = 128;
+    narrow.value_tile = 64;
+    ChunkedPrefillKernel transposed(wide), reference_tile(narrow);
+    REQUIRE(transposed.supports(p, nullptr));
+    const Run r = run_and_judge(transposed, p, inputs);
+    Tally::instance().add(kName, "transposed_bv128", true, !r.judgement.pass, r.judgement.margin);
+    WARN("transposed BV 128 " << p.describe() << " regime=" << fuzz::gate_regime_name(regime) << "\n"
+                              << r.judgement.details);
+    if (!r.judgement.pass) {
+      ++failures;
+      FAIL_CHECK(p.describe() << "\n" << r.judgement.details);
+    }
+    if (!outputs_bits_equal(r.actual, reference_tile.run(p, inputs))) {
+      ++failures;
+      FAIL_CHECK("BV 128 and BV 64 differ in bits, regime " << fuzz::gate_regime_name(regime));
+    }
+  }
+  CHECK(failures == 0);
+}
+
 namespace {
 
 // rel_rms over all records of one field, kernel vs double trace; and the fp32 reference's.
