@@ -3,6 +3,7 @@
 #
 #   bash cuda/pack_variants.sh base= hybrid=path/to/a.patch both=path/to/b.patch
 #
+# NAME=@DIR takes HEAD's binaries from the build folder DIR instead (the tree must be clean).
 # Each NAME=PATCH gets a detached worktree of HEAD under /tmp/gdn-variants/NAME with PATCH
 # applied (nothing for "NAME="), configured in Release like build/, and its
 # cuda_chunked_bench and cuda_chunked_gpu_tests built; the worktree is removed afterwards.
@@ -23,6 +24,18 @@ for spec in "$@"; do
   name=${spec%%=*}
   patch=${spec#*=}
   [[ $spec == *=* && $name =~ ^[A-Za-z0-9_-]+$ ]] || { echo "pack_variants: expected NAME=PATCH, got '$spec'" >&2; exit 2; }
+  if [[ $patch == @* ]]; then
+    # NAME=@DIR: HEAD's binaries from an existing build folder (built from a clean tree),
+    # instead of building the same sources again.
+    from=${patch#@}
+    git -C "$ROOT" diff --quiet HEAD -- cuda reference oracle fuzz ||
+      { echo "pack_variants: $name=@$from wants a clean tree (the binaries are said to be HEAD's)" >&2; exit 2; }
+    mkdir -p "$STAGE/$name"
+    cp "$from/cuda/cuda_chunked_gpu_tests" "$from/cuda/cuda_chunked_bench" "$from/cuda/libbenchmark.so.1debian" "$STAGE/$name/"
+    strip --strip-debug "$STAGE/$name"/cuda_*
+    echo "$name: $(git -C "$ROOT" rev-parse --short HEAD) (from $from)" > "$STAGE/$name/VARIANT.txt"
+    continue
+  fi
   dir=/tmp/gdn-variants/$name
   git -C "$ROOT" worktree remove --force "$dir" 2>/dev/null || rm -rf "$dir"
   git -C "$ROOT" worktree prune
