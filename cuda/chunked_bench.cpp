@@ -23,6 +23,7 @@
 #include <string>
 
 #include "cuda/bench_common.hpp"
+#include "cuda/chunked_params.hpp"
 #include "cuda/chunked_prefill.hpp"
 
 #ifdef GDN_CHUNKED_PHASE_CLOCK
@@ -109,40 +110,48 @@ std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const 
   if ((code = cudaGraphGetNodes(graph, nullptr, &count)) != cudaSuccess) return failed("cudaGraphGetNodes", code);
   std::vector<cudaGraphNode_t> nodes(count);
   if ((code = cudaGraphGetNodes(graph, nodes.data(), &count)) != cudaSuccess) return failed("cudaGraphGetNodes", code);
-  // The chain from its root, in launch order.
-  cudaGraphNode_t node = nullptr;
-  for (cudaGraphNode_t candidate : nodes) {
-    std::size_t deps = 0;
-    if ((code = cudaGraphNodeGetDependencies(candidate, nullptr, nullptr, &deps)) != cudaSuccess)
+  // The kernels in dependency order (a chain, or with two V tiles the two output passes after
+  // the prepass, side by side).
+  std::vector<std::size_t> waiting(count, 0);
+  for (std::size_t i = 0; i < count; ++i)
+    if ((code = cudaGraphNodeGetDependencies(nodes[i], nullptr, nullptr, &waiting[i])) != cudaSuccess)
       return failed("cudaGraphNodeGetDependencies", code);
-    if (deps == 0) {
-      if (node) return failed("the captured call is not a chain (two roots)", cudaErrorUnknown);
-      node = candidate;
-    }
-  }
   std::vector<cudaKernelNodeParams> kernels;
-  for (std::size_t step = 0; node && step < count; ++step) {
+  std::vector<std::string> names;
+  std::vector<bool> done(count, false);
+  for (std::size_t placed = 0; placed < count; ++placed) {
+    std::size_t i = 0;
+    while (i < count && (done[i] || waiting[i] != 0)) ++i;
+    if (i == count) return failed("the captured call has a cycle", cudaErrorUnknown);
+    done[i] = true;
     cudaGraphNodeType type;
-    if ((code = cudaGraphNodeGetType(node, &type)) != cudaSuccess) return failed("cudaGraphNodeGetType", code);
+    if ((code = cudaGraphNodeGetType(nodes[i], &type)) != cudaSuccess) return failed("cudaGraphNodeGetType", code);
     if (type == cudaGraphNodeTypeKernel) {
       cudaKernelNodeParams params{};
-      if ((code = cudaGraphKernelNodeGetParams(node, &params)) != cudaSuccess)
+      if ((code = cudaGraphKernelNodeGetParams(nodes[i], &params)) != cudaSuccess)
         return failed("cudaGraphKernelNodeGetParams", code);
       kernels.push_back(params);
     }
     std::size_t next = 0;
-    if ((code = cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &next)) != cudaSuccess)
+    if ((code = cudaGraphNodeGetDependentNodes(nodes[i], nullptr, nullptr, &next)) != cudaSuccess)
       return failed("cudaGraphNodeGetDependentNodes", code);
-    if (next > 1) return failed("the captured call is not a chain (a fork)", cudaErrorUnknown);
-    cudaGraphNode_t following = nullptr;
-    if (next == 1 && (code = cudaGraphNodeGetDependentNodes(node, &following, nullptr, &next)) != cudaSuccess)
+    std::vector<cudaGraphNode_t> following(next);
+    if (next > 0 && (code = cudaGraphNodeGetDependentNodes(nodes[i], following.data(), nullptr, &next)) != cudaSuccess)
       return failed("cudaGraphNodeGetDependentNodes", code);
-    node = next == 1 ? following : nullptr;
+    for (cudaGraphNode_t f : following)
+      for (std::size_t j = 0; j < count; ++j)
+        if (nodes[j] == f) --waiting[j];
   }
-  const std::vector<std::string> names =
-      kernels.size() == 3 ? std::vector<std::string>{"offsets", "prepass", "forward"}
-      : kernels.size() == 5 ? std::vector<std::string>{"offsets", "prepass", "affine", "combine", "forward"}
-                            : std::vector<std::string>{};
+  if (kernels.size() == 3) names = {"offsets", "prepass", "forward"};
+  if (kernels.size() == 5) names = {"offsets", "prepass", "affine", "combine", "forward"};
+  if (kernels.size() == 4) {
+    // Two V tiles: name the output passes by the sequences they serve (the kernel's only
+    // argument is its ChunkedParams).
+    names = {"offsets", "prepass", "", ""};
+    for (std::size_t k = 2; k < 4; ++k)
+      names[k] = static_cast<const detail::ChunkedParams*>(kernels[k].kernelParams[0])->served == 1 ? "forward_long"
+                                                                                                     : "forward";
+  }
   bench::EventTimer timer(stream);
   for (std::size_t k = 0; k < kernels.size(); ++k) {
     // The kernel's argument pointers belong to `graph`, which lives until the end: the new node
@@ -214,6 +223,8 @@ void BM_chunked(benchmark::State& state) {
   state.counters["fraction_of_copy"] = chunked_min_bytes(p) / per / bench::copy_bandwidth();
   state.counters["value_tile"] = plan.value_tile;
   state.counters["split_chunks"] = plan.split_chunks;
+  state.counters["long_value_tile"] = plan.long_value_tile;
+  state.counters["long_above_chunks"] = double(plan.long_above_chunks);
   state.counters["model_cost"] = plan.cost;
   state.counters["workspace_MB"] = double(options.workspace_bytes) * 1e-6;
   if (stage_times_wanted())

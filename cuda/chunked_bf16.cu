@@ -10,8 +10,8 @@ cudaError_t configure_chunked_bf16(int key_pad, int value_tile, bool* instantiat
 }
 
 cudaError_t enqueue_chunked_bf16(int key_pad, int value_tile, const ChunkedParams& p, std::int64_t blocks,
-                               std::int64_t prep_blocks, cudaStream_t stream) {
-  return Entry_bf16::enqueue(key_pad, value_tile, p, blocks, prep_blocks, stream);
+                               std::int64_t prep_blocks, cudaStream_t stream, unsigned stages) {
+  return Entry_bf16::enqueue(key_pad, value_tile, p, blocks, prep_blocks, stream, stages);
 }
 
 std::size_t chunked_shared_bytes_bf16(int key_pad, int value_tile) { return Entry_bf16::shared_bytes(key_pad, value_tile); }

@@ -9,7 +9,7 @@ namespace gdn::cuda::detail {
 #define GDN_CHUNKED_DECLARE(T)                                                                        \
   cudaError_t configure_chunked_##T(int key_pad, int value_tile, bool* instantiated);               \
   cudaError_t enqueue_chunked_##T(int key_pad, int value_tile, const ChunkedParams& p, std::int64_t blocks, \
-                                  std::int64_t prep_blocks, cudaStream_t stream);                     \
+                                  std::int64_t prep_blocks, cudaStream_t stream, unsigned stages);                     \
   std::size_t chunked_shared_bytes_##T(int key_pad, int value_tile);                                 \
   std::size_t chunked_prepare_shared_bytes_##T(int key_pad);                                          \
   int chunked_blocks_per_sm_##T(int key_pad, int value_tile);
@@ -56,11 +56,11 @@ cudaError_t configure_chunked(ElementType input, int key_pad, int value_tile, bo
 }
 
 cudaError_t enqueue_chunked(ElementType input, int key_pad, int value_tile, const ChunkedParams& params,
-                            std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream) {
+                            std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream, unsigned stages) {
   switch (input) {
-    case ElementType::bf16: return enqueue_chunked_bf16(key_pad, value_tile, params, blocks, prep_blocks, stream);
-    case ElementType::f16: return enqueue_chunked_f16(key_pad, value_tile, params, blocks, prep_blocks, stream);
-    case ElementType::f32: return enqueue_chunked_f32(key_pad, value_tile, params, blocks, prep_blocks, stream);
+    case ElementType::bf16: return enqueue_chunked_bf16(key_pad, value_tile, params, blocks, prep_blocks, stream, stages);
+    case ElementType::f16: return enqueue_chunked_f16(key_pad, value_tile, params, blocks, prep_blocks, stream, stages);
+    case ElementType::f32: return enqueue_chunked_f32(key_pad, value_tile, params, blocks, prep_blocks, stream, stages);
   }
   return cudaErrorInvalidValue;
 }

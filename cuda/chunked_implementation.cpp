@@ -142,6 +142,12 @@ bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) co
     if (why) *why = "the sequence split runs on the bf16/fp16 kernel only";
     return false;
   }
+  if (options_.long_value_tile > 0 &&
+      (problem.input_dtype == DType::f32 || problem.V % options_.long_value_tile != 0 ||
+       chunked_blocks_per_sm(problem, options_.long_value_tile) == 0)) {
+    if (why) *why = "two V tiles need bf16/fp16 and a long value tile that fits V";
+    return false;
+  }
   return true;
 }
 

@@ -652,7 +652,8 @@ __global__ void __launch_bounds__(kOffsetThreads) chunked_offsets(const ChunkedP
 struct SegmentPlace {
   int n = 0;
   std::int64_t ls = 0, nseg = 1, bos = 0, eos = 0, first_chunk = 0;
-  bool valid = false;  // false: the device cu_seqlens disagree with the host's Problem
+  bool valid = false;  // false: the device cu_seqlens disagree with the host's Problem, or the
+                       // sequence is the other launch's (ChunkedParams::served)
 };
 __device__ __forceinline__ SegmentPlace locate_segment(const ChunkedParams& p, std::int64_t unit) {
   SegmentPlace s;
@@ -660,6 +661,10 @@ __device__ __forceinline__ SegmentPlace locate_segment(const ChunkedParams& p, s
     s.n = static_cast<int>(unit);
     s.bos = seq_boundary(p, s.n);
     s.eos = seq_boundary(p, s.n + 1);
+    if (p.served != 0) {  // two V tiles: this launch serves the longer or the shorter sequences
+      const bool longer = (s.eos - s.bos + kC - 1) / kC > p.served_above_chunks;
+      if (longer != (p.served == 1)) return s;  // not valid here: the other launch's sequence
+    }
   } else {
     const std::int64_t* const offs = p.seg_offsets;
     if (unit >= offs[p.N] || offs[p.N] > p.segments) return s;
@@ -1600,13 +1605,22 @@ struct Instance {
 
   // Offsets, prepass, forward, in stream order (no host synchronisation: capturable). With the
   // sequence split (bf16/fp16): the affine pass and the combine before the output pass.
-  static void enqueue(const ChunkedParams& params, std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream) {
+  // `stages` (kChunkedPrepare, kChunkedForward) picks the part to enqueue: with two V tiles the
+  // launcher runs the prepare stage once and the forward stage of two instances.
+  static void enqueue(const ChunkedParams& params, std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream,
+                      unsigned stages) {
+    if (stages & kChunkedPrepare) prepare(params, prep_blocks, stream);
+    if (stages & kChunkedForward) forward_stage(params, blocks, stream);
+  }
+  static void prepare(const ChunkedParams& params, std::int64_t prep_blocks, cudaStream_t stream) {
     chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
     // One prepass block per (chunk, pair of value heads) when the group is even (chunked_prepare).
     if (prep_blocks > 0 && params.group % 2 == 0)
       chunked_prepare<E, KP, 2><<<static_cast<unsigned>(prep_blocks / 2), kThreads, P::bytes, stream>>>(params);
     else if (prep_blocks > 0)
       chunked_prepare<E, KP, 1><<<static_cast<unsigned>(prep_blocks), kThreads, P1::bytes, stream>>>(params);
+  }
+  static void forward_stage(const ChunkedParams& params, std::int64_t blocks, cudaStream_t stream) {
     if constexpr (Elem<E>::tensor) {
       if (params.split_chunks > 0) {
         const std::int64_t affine_blocks =
@@ -1652,9 +1666,9 @@ struct Entry {
     return code;
   }
   static cudaError_t enqueue(int key_pad, int value_tile, const ChunkedParams& params, std::int64_t blocks,
-                             std::int64_t prep_blocks, cudaStream_t stream) {
+                             std::int64_t prep_blocks, cudaStream_t stream, unsigned stages) {
     if (!for_instance<E>(key_pad, value_tile,
-                         [&](auto i) { decltype(i)::enqueue(params, blocks, prep_blocks, stream); }))
+                         [&](auto i) { decltype(i)::enqueue(params, blocks, prep_blocks, stream, stages); }))
       return cudaErrorInvalidValue;
     return cudaGetLastError();
   }

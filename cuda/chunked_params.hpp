@@ -59,6 +59,14 @@ struct ChunkedParams {
   std::int64_t* seg_offsets; // [N + 1] (workspace): first segment of each sequence, total at [N]
   float* ws_affine;          // [segments, HV, K, K + V] (workspace)
 
+  // Two V tiles in one call (unsplit bf16/fp16 only; chunked_plan's long_value_tile): the
+  // prepass once, then two output launches side by side on two streams, each serving part of
+  // the batch. served 1: only sequences of more than served_above_chunks chunks; 2: only the
+  // others; 0: every sequence. A block of a sequence its launch does not serve returns at once.
+  // The V tile changes no bit, so neither does the grouping.
+  int served;
+  std::int64_t served_above_chunks;
+
   // Workspace of the prepass (chunked_prepare writes it, chunked_forward reads it).
   std::int64_t* ws_offsets;   // [N + 1]: first global chunk of each sequence (total at [N]), from cu_seqlens
   unsigned char* ws_records;  // [ws_chunks, HV] records of chunked_record_bytes each
@@ -102,11 +110,14 @@ constexpr int chunked_blocks_per_sm(std::size_t dynamic_shared_bytes) {
 // tile) once per process; defined in chunked_dispatch.cu. *instantiated is false (and nothing is
 // done) when that combination does not exist. No launch.
 cudaError_t configure_chunked(ElementType input, int key_pad, int value_tile, bool* instantiated);
-// Enqueues, on `stream`, the offsets kernel (params.ws_offsets from cu_seqlens), the prepass
-// (prep_blocks = ws_chunks * HV blocks, none when 0) and the forward (`blocks` blocks) of a
-// configured instance. Returns cudaGetLastError() after the launches.
+// Enqueues, on `stream`, what `stages` names of a configured instance: kChunkedPrepare, the
+// offsets kernel (params.ws_offsets from cu_seqlens) and the prepass (prep_blocks = ws_chunks *
+// HV blocks, none when 0); kChunkedForward, the forward (`blocks` blocks, with the split's
+// affine pass and combine before it). Returns cudaGetLastError() after the launches.
+constexpr unsigned kChunkedPrepare = 1, kChunkedForward = 2, kChunkedAllStages = 3;
 cudaError_t enqueue_chunked(ElementType input, int key_pad, int value_tile, const ChunkedParams& params,
-                            std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream);
+                            std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream,
+                            unsigned stages = kChunkedAllStages);
 // Dynamic shared memory of the forward kernel of an instance (0 when not instantiated), and of
 // the prepass of (input type, padded K), for tests, tuning notes and the V-tile choice.
 std::size_t chunked_shared_bytes(ElementType input, int key_pad, int value_tile);

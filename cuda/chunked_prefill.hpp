@@ -96,6 +96,18 @@ struct ChunkedOptions {
   // fp32 inputs: 0 only (the fp32 kernel has no split; kChunkedSplitAuto and
   // kChunkedSplitByHeads mean 0 there).
   int split_chunks = 0;
+  // Two V tiles (bf16 / fp16, unsplit, no debug): where a batch's longest sequences set its time
+  // (their chain of chunks) while the rest fill the GPU, the sequences of more than
+  // long_above_chunks chunks run at a narrower V tile (more blocks, each a shorter chain) beside
+  // the others at a wider one: one prepass, then two output launches on two streams (the long
+  // sequences' first, at the higher priority), joined again on the caller's stream. The V tile
+  // changes no bit, so neither does this: batch invariant and deterministic either way.
+  //   0 (default): chunked_plan decides from the batch shape (with value_tile 0 only);
+  //   -1: never, one V tile for every sequence;
+  //   > 0: this tile for the sequences of more than long_above_chunks chunks, the automatic or
+  //        the given value_tile for the others.
+  int long_value_tile = 0;
+  std::int64_t long_above_chunks = 0;
 };
 
 // kChunkedSplitByHeads resolved: 32 chunks for bf16 / fp16 when HV x V / 16 (one sequence's
@@ -114,10 +126,16 @@ struct ChunkedPlan {
   int split_chunks = 0;
   std::int64_t segments = 0;
   double cost = 0;
+  // Two V tiles (ChunkedOptions::long_value_tile): 0 when one tile serves every sequence; else
+  // the tile of the sequences of more than long_above_chunks chunks (value_tile: the others').
+  int long_value_tile = 0;
+  std::int64_t long_above_chunks = 0;
 };
-// Resolves options.value_tile (0: automatic) and options.split_chunks (kChunkedSplitAuto: the
-// cheaper of no split and segments of 4 to 128 chunks by the cost model) for `multiprocessors`
-// SMs. Host-side, no CUDA call; the options must be valid (validate_chunked_prefill).
+// Resolves options.value_tile (0: automatic), options.split_chunks (kChunkedSplitAuto: the
+// cheaper of no split and segments of 4 to 128 chunks by the cost model) and
+// options.long_value_tile (0: two tiles where the cost model says they save 10 %) for
+// `multiprocessors` SMs. Host-side, no CUDA call; the options must be valid
+// (validate_chunked_prefill).
 ChunkedPlan chunked_plan(const Problem& problem, const ChunkedOptions& options, int multiprocessors);
 
 // Whether the chunked kernel supports the (valid) problem; fills *why when not.
