@@ -176,12 +176,13 @@ TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[ch
   // base(): 1 + 1 + 0 + 3 chunks, HV 4; (N + 1) int64 offsets padded to 256 bytes, then per
   // (chunk, head) 3 x 64 x 64 bf16 + 6 x 64 fp32 = 26112 bytes (fp32: 2 x 64 x 64 fp32 + same).
   const Problem p = base();
-  CHECK(chunked_workspace_bytes(p) == 256 + 5 * 4 * 26112);
+  // offsets | records | the long sequences' ranks of two V tiles (256 bytes each for N < 32).
+  CHECK(chunked_workspace_bytes(p) == 256 + 5 * 4 * 26112 + 256);
   Problem f32 = base();
   f32.input_dtype = DType::f32;
-  CHECK(chunked_workspace_bytes(f32) == 256 + 5 * 4 * 34304);
+  CHECK(chunked_workspace_bytes(f32) == 256 + 5 * 4 * 34304 + 256);
   Problem empty = Problem::packed({0, 0}, 1, 1, 16, 16);
-  CHECK(chunked_workspace_bytes(empty) == 256);
+  CHECK(chunked_workspace_bytes(empty) == 2 * 256);
 
   FakeTensors f(p);
   std::vector<unsigned char> space(chunked_workspace_bytes(p) + 64);
@@ -298,7 +299,8 @@ TEST_CASE("chunked api: the sequence split: options, plan, segments, workspace",
   CHECK(chunked_segments(p, 2) == 5);
   CHECK(chunked_segments(p, 4) == 4);
   // Workspace: + one more offsets array and a K x (K + V) fp32 map per (segment, head).
-  CHECK(chunked_workspace_bytes(p, 2) == chunked_workspace_bytes(p) + 256 + 5 * 4 * 128 * 256 * 4);
+  // The split's segment offsets take the place of the ranks; its affine maps come on top.
+  CHECK(chunked_workspace_bytes(p, 2) == chunked_workspace_bytes(p) + 5 * 4 * 128 * 256 * 4);
   CHECK(chunked_workspace_bytes(p, 0) == chunked_workspace_bytes(p));
   ChunkedOptions two;
   two.split_chunks = 2;

@@ -645,6 +645,7 @@ __global__ void __launch_bounds__(kOffsetThreads) chunked_offsets(const ChunkedP
   };
   scan(chunks, p.ws_offsets);
   if (p.split_chunks > 0) scan(segments, p.seg_offsets);
+  if (p.served_offsets) scan([&](int s) { return std::int64_t(chunks(s) > p.served_above_chunks ? 1 : 0); }, p.served_offsets);
 }
 
 // Where block unit `unit` of the forward works: sequence n, its segment ls of nseg, the tokens
@@ -659,6 +660,19 @@ __device__ __forceinline__ SegmentPlace locate_segment(const ChunkedParams& p, s
   SegmentPlace s;
   if (p.split_chunks == 0) {
     s.n = static_cast<int>(unit);
+    if (p.served == 1) {  // two V tiles, the long sequences' launch: unit = rank among them
+      const std::int64_t* const offs = p.served_offsets;
+      if (unit >= offs[p.N]) return s;
+      int lo = 0, hi = p.N - 1;  // the last n with offs[n] <= unit: the long one of that rank
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (offs[mid] <= unit)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      s.n = lo;
+    }
     s.bos = seq_boundary(p, s.n);
     s.eos = seq_boundary(p, s.n + 1);
     if (p.served != 0) {  // two V tiles: this launch serves the longer or the shorter sequences

@@ -143,6 +143,8 @@ std::size_t chunked_workspace_bytes(const Problem& p, int split_chunks) {
   if (split_chunks > 0)
     bytes += detail::chunked_offsets_bytes(p.N()) + static_cast<std::size_t>(chunked_segments(p, split_chunks)) *
                                                         static_cast<std::size_t>(p.HV) * p.K * (p.K + p.V) * sizeof(float);
+  else
+    bytes += detail::chunked_offsets_bytes(p.N());  // two V tiles: the long sequences' ranks (served_offsets)
   return bytes;
 }
 
@@ -545,12 +547,17 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
                                   plan.long_value_tile < 64 ? plan.long_value_tile : 64);
     r.served = 2;
     r.served_above_chunks = plan.long_above_chunks;
+    r.served_offsets = reinterpret_cast<std::int64_t*>(r.ws_records + static_cast<std::size_t>(chunks) * p.HV *
+                                                                        detail::chunked_record_bytes(input));
+    longer.served_offsets = r.served_offsets;
+    std::int64_t long_sequences = 0;
+    for (int n = 0; n < p.N(); ++n) long_sequences += (p.seq_len(n) + kChunkSize - 1) / kChunkSize > plan.long_above_chunks;
     const SideStream side = side_stream();
     launched = detail::enqueue_chunked(input, key_pad, value_tile, r, 0, chunks * p.HV, stream, detail::kChunkedPrepare);
     if (launched == cudaSuccess) launched = cudaEventRecord(side.prepared, stream);
     if (launched == cudaSuccess) launched = cudaStreamWaitEvent(side.stream, side.prepared, 0);
-    if (launched == cudaSuccess)
-      launched = detail::enqueue_chunked(input, key_pad, plan.long_value_tile, longer, plan.segments * p.HV * longer.value_tiles,
+    if (launched == cudaSuccess && long_sequences > 0)
+      launched = detail::enqueue_chunked(input, key_pad, plan.long_value_tile, longer, long_sequences * p.HV * longer.value_tiles,
                                          0, side.stream, detail::kChunkedForward);
     if (launched == cudaSuccess)
       launched = detail::enqueue_chunked(input, key_pad, value_tile, r, blocks, 0, stream, detail::kChunkedForward);

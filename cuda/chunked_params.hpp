@@ -61,11 +61,14 @@ struct ChunkedParams {
 
   // Two V tiles in one call (unsplit bf16/fp16 only; chunked_plan's long_value_tile): the
   // prepass once, then two output launches side by side on two streams, each serving part of
-  // the batch. served 1: only sequences of more than served_above_chunks chunks; 2: only the
-  // others; 0: every sequence. A block of a sequence its launch does not serve returns at once.
-  // The V tile changes no bit, so neither does the grouping.
+  // the batch. served 1: the sequences of more than served_above_chunks chunks, one unit per
+  // such sequence (served_offsets[n]: how many of sequences 0..n-1 are, total at [N], written by
+  // the offsets kernel, so that the launch has no block for the others); 2: the others (a block
+  // of a long sequence returns at once); 0: every sequence. The V tile changes no bit, so
+  // neither does the grouping.
   int served;
   std::int64_t served_above_chunks;
+  std::int64_t* served_offsets;  // [N + 1] (workspace, where the split's seg_offsets would be)
 
   // Workspace of the prepass (chunked_prepare writes it, chunked_forward reads it).
   std::int64_t* ws_offsets;   // [N + 1]: first global chunk of each sequence (total at [N]), from cu_seqlens

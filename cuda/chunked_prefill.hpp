@@ -26,6 +26,8 @@
 // One call enqueues three kernels on the stream: the chunk offsets, a prepass over every
 // (chunk, value head) (gates, A, P, T: what does not depend on the state) into a workspace, and
 // the sequential state kernel that reads it (ChunkedOptions::workspace, chunked_workspace_bytes).
+// With two V tiles (ChunkedOptions::long_value_tile) the state kernel runs as two launches, the
+// second on a side stream forked from and joined to the caller's by events.
 // With the sequence split, two more before the state kernel: its affine pass over the segments
 // and the combine that chains their maps.
 #include <cuda_runtime_api.h>
@@ -157,10 +159,12 @@ int chunked_value_tile(const Problem& problem, int multiprocessors);
 
 // Bytes of the workspace a launch for `problem` needs (ChunkedOptions::workspace): the chunk
 // offsets ((N + 1) int64, padded to 256 bytes), then one record per (chunk, value head) of
-// 3 x 64 x 64 elements of the input dtype + 6 x 64 fp32 (2 x 64 x 64 for fp32 inputs).
+// 3 x 64 x 64 elements of the input dtype + 6 x 64 fp32 (2 x 64 x 64 for fp32 inputs), then
+// (N + 1) int64 padded to 256 bytes for the ranks of two V tiles' long sequences.
 std::size_t chunked_workspace_bytes(const Problem& problem);
 // With the sequence split of split_chunks > 0 chunks (a resolved value, see chunked_plan): also
-// the segment offsets and one K x (K + V) fp32 affine map per (segment, value head).
+// the segment offsets (in place of the ranks) and one K x (K + V) fp32 affine map per (segment,
+// value head).
 std::size_t chunked_workspace_bytes(const Problem& problem, int split_chunks);
 // Segments of the batch with that split: the sum over sequences of max(1, ceil(chunks / split)).
 std::int64_t chunked_segments(const Problem& problem, int split_chunks);
