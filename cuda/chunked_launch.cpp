@@ -510,6 +510,8 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
     r.tmap_v = encode_rows("v", t.v, p.input_dtype, p.T, p.HV, p.V, value_tile < 64 ? value_tile : 64);
   }
 
+  // Two V tiles: the side stream first (made on first use; it may throw), before any allocation.
+  const SideStream side = plan.long_value_tile != 0 ? side_stream() : SideStream{};
   // Workspace: the caller's, or one stream-ordered allocation freed after the last kernel.
   const std::int64_t chunks = chunked_chunk_offsets(p, nullptr);
   const std::size_t workspace_bytes = chunked_workspace_bytes(p, plan.split_chunks);
@@ -552,7 +554,6 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
     longer.served_offsets = r.served_offsets;
     std::int64_t long_sequences = 0;
     for (int n = 0; n < p.N(); ++n) long_sequences += (p.seq_len(n) + kChunkSize - 1) / kChunkSize > plan.long_above_chunks;
-    const SideStream side = side_stream();
     launched = detail::enqueue_chunked(input, key_pad, value_tile, r, 0, chunks * p.HV, stream, detail::kChunkedPrepare);
     if (launched == cudaSuccess) launched = cudaEventRecord(side.prepared, stream);
     if (launched == cudaSuccess) launched = cudaStreamWaitEvent(side.stream, side.prepared, 0);
