@@ -76,8 +76,8 @@ void require_rejected(const Problem& p, const std::string& argument, const Chunk
   }
   // A problem rule (not an option's) also makes chunked_prefill_supports say no.
   if (options.value_tile == 0 && options.debug == nullptr && options.workspace == nullptr &&
-      options.workspace_bytes == 0 && options.split_chunks == 0 && options.long_value_tile == 0 &&
-      options.long_above_chunks == 0) {
+      options.workspace_bytes == 0 && options.split_chunks == 0 &&
+      options.long_value_tile == ChunkedOptions{}.long_value_tile && options.long_above_chunks == 0) {
     std::string why;
     CHECK_FALSE(chunked_prefill_supports(p, &why));
     CHECK(why.find(argument) == 0);
@@ -397,31 +397,31 @@ TEST_CASE("chunked api: two V tiles: the plan picks them for uneven packs only; 
   // (63 chunks and fewer) at BV 128. Cost: max(128 x 128, 63 x 192, all block-chunks / 132 =
   // (128 x 32 x 2 x 128 + 180 x 32 x 192) / 132) = 16384 units against one tile's 19115 (BV 64).
   const Problem varlen = pack({1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129}, 16, 32);
-  const ChunkedPlan two = chunked_plan(varlen, ChunkedOptions{}, 132);
+  ChunkedOptions automatic;
+  automatic.long_value_tile = 0;
+  const ChunkedPlan two = chunked_plan(varlen, automatic, 132);
   CHECK(two.long_value_tile == 64);
   CHECK(two.long_above_chunks == 63);
   CHECK(two.value_tile == 128);
   CHECK(two.cost == Approx(16384.0));
   CHECK(two.split_chunks == 0);
-  // Off: the one tile of before.
-  ChunkedOptions one;
-  one.long_value_tile = -1;
-  const ChunkedPlan single = chunked_plan(varlen, one, 132);
+  // Off (the default until measured): the one tile of before.
+  const ChunkedPlan single = chunked_plan(varlen, ChunkedOptions{}, 132);
   CHECK(single.long_value_tile == 0);
   CHECK(single.value_tile == chunked_value_tile(varlen, 132));
   // Equal lengths, one sequence, a forced value_tile, fp32, debug: never two tiles.
-  CHECK(chunked_plan(pack({8192, 8192, 8192, 8192}, 16, 32), ChunkedOptions{}, 132).long_value_tile == 0);
-  CHECK(chunked_plan(pack({32768}, 16, 32), ChunkedOptions{}, 132).long_value_tile == 0);
-  ChunkedOptions forced_tile;
+  CHECK(chunked_plan(pack({8192, 8192, 8192, 8192}, 16, 32), automatic, 132).long_value_tile == 0);
+  CHECK(chunked_plan(pack({32768}, 16, 32), automatic, 132).long_value_tile == 0);
+  ChunkedOptions forced_tile = automatic;
   forced_tile.value_tile = 64;
   CHECK(chunked_plan(varlen, forced_tile, 132).long_value_tile == 0);
-  CHECK(chunked_plan(pack({1, 17, 64, 65, 300, 1000, 4000, 8192}, 16, 32, DType::f32), ChunkedOptions{}, 132)
+  CHECK(chunked_plan(pack({1, 17, 64, 65, 300, 1000, 4000, 8192}, 16, 32, DType::f32), automatic, 132)
             .long_value_tile == 0);
   // A gain under 10 % of the model is not taken: two long sequences and many short ones whose
   // blocks fill the GPU anyway.
   std::vector<std::int64_t> many(200, 1000);
   many.push_back(8192);
-  CHECK(chunked_plan(pack(many, 16, 32), ChunkedOptions{}, 132).long_value_tile == 0);
+  CHECK(chunked_plan(pack(many, 16, 32), automatic, 132).long_value_tile == 0);
   // Forced: the given tile and threshold, the automatic tile for the others.
   ChunkedOptions forced;
   forced.long_value_tile = 32;

@@ -179,11 +179,23 @@ std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const 
   return times;
 }
 
+void run_chunked(benchmark::State& state, ChunkedOptions options);
+
 void BM_chunked(benchmark::State& state) {
-  const Shape& shape = shapes().at(static_cast<std::size_t>(state.range(0)));
   ChunkedOptions options;
   options.value_tile = static_cast<int>(state.range(1));
   options.split_chunks = static_cast<int>(state.range(2));
+  run_chunked(state, options);
+}
+
+void BM_chunked_two_tiles(benchmark::State& state) {
+  ChunkedOptions options;
+  options.long_value_tile = 0;
+  run_chunked(state, options);
+}
+
+void run_chunked(benchmark::State& state, ChunkedOptions options) {
+  const Shape& shape = shapes().at(static_cast<std::size_t>(state.range(0)));
   const Problem p = problem_of(shape);
   state.SetLabel(shape.name);
   // One shape's buffers at a time (the largest take gigabytes); rows of one shape are adjacent.
@@ -288,4 +300,7 @@ void arguments(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_chunked)->Apply(arguments)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
+// Two V tiles chosen by the plan (ChunkedOptions::long_value_tile = 0, off by default): the
+// varlen pack, against BM_chunked's default row of the same shape in the same run.
+BENCHMARK(BM_chunked_two_tiles)->ArgNames({"shape"})->Arg(4)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
 GDN_BENCHMARK_MAIN()

@@ -104,11 +104,14 @@ struct ChunkedOptions {
   // the others at a wider one: one prepass, then two output launches on two streams (the long
   // sequences' first, at the higher priority), joined again on the caller's stream. The V tile
   // changes no bit, so neither does this: batch invariant and deterministic either way.
-  //   0 (default): chunked_plan decides from the batch shape (with value_tile 0 only);
-  //   -1: never, one V tile for every sequence;
+  //   -1 (default): never, one V tile for every sequence;
+  //   0: chunked_plan decides from the batch shape (with value_tile 0 only);
   //   > 0: this tile for the sequences of more than long_above_chunks chunks, the automatic or
   //        the given value_tile for the others.
-  int long_value_tile = 0;
+  // Off by default until it has run on a GPU: written in a session whose device calls were all
+  // refused (reports/results/h200/profile/chunk_2026-12-05c). The GPU suite's invariance test
+  // forces it; the benchmark times it (BM_chunked_two_tiles) against the one tile.
+  int long_value_tile = -1;
   std::int64_t long_above_chunks = 0;
 };
 

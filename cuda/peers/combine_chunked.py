@@ -2,7 +2,7 @@
 """Combines one H200 call's chunked-prefill results into prefill_peers.json: our Google Benchmark
 rows (prefill.json: the default, automatic V tile without the sequence split, and where the
 benchmark ran it the automatic split, a named mode that is not batch invariant), fla's timed run (fla_chunk.json) and the accuracy judge
-(accuracy.json), matched by shape name. Ratios only between files of the same call (the commits
+(accuracy.json), matched by shape name; BM_chunked_two_tiles rows (two V tiles, opt-in) where present. Ratios only between files of the same call (the commits
 must agree). Written atomically.
 
 usage: combine_chunked.py PREFILL_JSON FLA_JSON ACCURACY_JSON OUT_JSON [--accuracy-call NOTE]
@@ -22,7 +22,7 @@ def main(argv):
     commit = prefill["context"].get("COMMIT") or prefill["context"].get("commit")
     if fla.get("commit") != commit:
         sys.exit(f"prefill.json is commit {commit}, fla_chunk.json {fla.get('commit')}: not the same call")
-    ours, split = {}, {}
+    ours, split, two = {}, {}, {}
     for b in prefill["benchmarks"]:
         name = b["name"]
         # The automatic V tile, no split: what a caller gets by default. (Older files have no
@@ -31,6 +31,8 @@ def main(argv):
             ours[b.get("label", name)] = b
         if "/value_tile:0/split:-1/" in name:  # kChunkedSplitAuto
             split[b.get("label", name)] = b
+        if name.startswith("BM_chunked_two_tiles/"):  # ChunkedOptions::long_value_tile = 0 (opt-in)
+            two[b.get("label", name)] = b
     rows = []
     for r in fla["results"]:
         b = ours.get(r["name"])
@@ -41,6 +43,12 @@ def main(argv):
         if s is not None:
             extra = {"ours_split_auto_ms": s["ms"], "speed_vs_fla_split_auto": r["ms"] / s["ms"],
                      "split_auto_chunks": s.get("split_chunks"), "split_auto_value_tile": s.get("value_tile")}
+        w = two.get(r["name"])
+        if w is not None:
+            extra.update({"ours_two_tiles_ms": w["ms"], "speed_vs_fla_two_tiles": r["ms"] / w["ms"],
+                          "two_tiles_long_value_tile": w.get("long_value_tile"),
+                          "two_tiles_long_above_chunks": w.get("long_above_chunks"),
+                          "two_tiles_value_tile": w.get("value_tile")})
         rows.append({
             "shape": r["name"], "T": r["T"], "H": r["H"], "HV": r["HV"], "sequences": r["sequences"],
             "ours_ms": b["ms"], "fla_ms": r["ms"], "speed_vs_fla": r["ms"] / b["ms"],
@@ -68,6 +76,8 @@ def main(argv):
         line = f"{r['shape']:20s} ours {r['ours_ms']:.3f} ms  fla {r['fla_ms']:.3f} ms  fla/ours {r['speed_vs_fla']:.2f}x"
         if "ours_split_auto_ms" in r:
             line += f"  split auto {r['ours_split_auto_ms']:.3f} ms ({r['speed_vs_fla_split_auto']:.2f}x)"
+        if "ours_two_tiles_ms" in r:
+            line += f"  two tiles {r['ours_two_tiles_ms']:.3f} ms ({r['speed_vs_fla_two_tiles']:.2f}x)"
         print(line)
 
 
