@@ -76,7 +76,7 @@ void require_rejected(const Problem& p, const std::string& argument, const Chunk
   }
   // A problem rule (not an option's) also makes chunked_prefill_supports say no.
   if (options.value_tile == 0 && options.debug == nullptr && options.workspace == nullptr &&
-      options.workspace_bytes == 0 && options.split_chunks == 0 &&
+      options.workspace_bytes == 0 && options.split_chunks == ChunkedOptions{}.split_chunks &&
       options.long_value_tile == ChunkedOptions{}.long_value_tile && options.long_above_chunks == 0) {
     std::string why;
     CHECK_FALSE(chunked_prefill_supports(p, &why));
@@ -177,10 +177,15 @@ TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[ch
   // (chunk, head) 3 x 64 x 64 bf16 + 6 x 64 fp32 = 26112 bytes (fp32: 2 x 64 x 64 fp32 + same).
   const Problem p = base();
   // offsets | records | the long sequences' ranks of two V tiles (256 bytes each for N < 32).
-  CHECK(chunked_workspace_bytes(p) == 256 + 5 * 4 * 26112 + 256);
+  CHECK(chunked_workspace_bytes(p, 0) == 256 + 5 * 4 * 26112 + 256);
+  // The one-argument size is the default options': base() (H 2 HV 4, V 128) is split by the
+  // heads into segments of 32 chunks (one per sequence here): the split's offsets and maps.
+  CHECK(chunked_split_by_heads(p) == 32);
+  CHECK(chunked_workspace_bytes(p) == chunked_workspace_bytes(p, 32));
+  CHECK(chunked_workspace_bytes(p) == 256 + 5 * 4 * 26112 + 256 + 4 * 4 * 128 * 256 * 4);
   Problem f32 = base();
   f32.input_dtype = DType::f32;
-  CHECK(chunked_workspace_bytes(f32) == 256 + 5 * 4 * 34304 + 256);
+  CHECK(chunked_workspace_bytes(f32) == 256 + 5 * 4 * 34304 + 256);  // fp32: never split
   Problem empty = Problem::packed({0, 0}, 1, 1, 16, 16);
   CHECK(chunked_workspace_bytes(empty) == 2 * 256);
 
@@ -300,8 +305,8 @@ TEST_CASE("chunked api: the sequence split: options, plan, segments, workspace",
   CHECK(chunked_segments(p, 4) == 4);
   // Workspace: + one more offsets array and a K x (K + V) fp32 map per (segment, head).
   // The split's segment offsets take the place of the ranks; its affine maps come on top.
-  CHECK(chunked_workspace_bytes(p, 2) == chunked_workspace_bytes(p) + 5 * 4 * 128 * 256 * 4);
-  CHECK(chunked_workspace_bytes(p, 0) == chunked_workspace_bytes(p));
+  CHECK(chunked_workspace_bytes(p, 2) == chunked_workspace_bytes(p, 0) + 5 * 4 * 128 * 256 * 4);
+  CHECK(chunked_workspace_bytes(p, 32) == chunked_workspace_bytes(p));  // the default: by the heads
   ChunkedOptions two;
   two.split_chunks = 2;
   {
@@ -309,7 +314,7 @@ TEST_CASE("chunked api: the sequence split: options, plan, segments, workspace",
     std::vector<unsigned char> space(chunked_workspace_bytes(p, 2) + 64);
     unsigned char* aligned = space.data() + (16 - reinterpret_cast<std::uintptr_t>(space.data()) % 16) % 16;
     two.workspace = aligned;
-    two.workspace_bytes = chunked_workspace_bytes(p);  // the unsplit size is too small
+    two.workspace_bytes = chunked_workspace_bytes(p, 0);  // the unsplit size is too small
     require_rejected(p, "workspace", two);
     two.workspace_bytes = chunked_workspace_bytes(p, 2);
     CHECK_NOTHROW(validate_chunked_prefill(p, f.t, two));
@@ -330,8 +335,12 @@ TEST_CASE("chunked api: the sequence split: options, plan, segments, workspace",
   // (64 blocks) is one chain of 512 x 80; cut into segments of tens of chunks, both passes fill
   // the SMs and the model's cost is less than half.
   const ChunkedPlan low = chunked_plan(shape(1, 32768, 2, 8), automatic, 132);
-  const ChunkedPlan low_plain = chunked_plan(shape(1, 32768, 2, 8), ChunkedOptions{}, 132);
+  ChunkedOptions unsplit;
+  unsplit.split_chunks = 0;
+  const ChunkedPlan low_plain = chunked_plan(shape(1, 32768, 2, 8), unsplit, 132);
   CHECK(low_plain.split_chunks == 0);
+  // The default options split it by the heads: segments of 32 chunks.
+  CHECK(chunked_plan(shape(1, 32768, 2, 8), ChunkedOptions{}, 132).split_chunks == 32);
   CHECK(low_plain.value_tile == 16);
   CHECK(low.split_chunks >= 8);
   CHECK(low.split_chunks <= 64);
@@ -397,16 +406,18 @@ TEST_CASE("chunked api: two V tiles: the plan picks them for uneven packs only; 
   // (63 chunks and fewer) at BV 128. Cost: max(128 x 128, 63 x 192, all block-chunks / 132 =
   // (128 x 32 x 2 x 128 + 180 x 32 x 192) / 132) = 16384 units against one tile's 19115 (BV 64).
   const Problem varlen = pack({1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129}, 16, 32);
-  ChunkedOptions automatic;
-  automatic.long_value_tile = 0;
+  ChunkedOptions automatic;  // the default: long_value_tile 0
+  CHECK(automatic.long_value_tile == 0);
   const ChunkedPlan two = chunked_plan(varlen, automatic, 132);
   CHECK(two.long_value_tile == 64);
   CHECK(two.long_above_chunks == 63);
   CHECK(two.value_tile == 128);
   CHECK(two.cost == Approx(16384.0));
   CHECK(two.split_chunks == 0);
-  // Off (the default until measured): the one tile of before.
-  const ChunkedPlan single = chunked_plan(varlen, ChunkedOptions{}, 132);
+  // Off (-1): the one tile of before.
+  ChunkedOptions off;
+  off.long_value_tile = -1;
+  const ChunkedPlan single = chunked_plan(varlen, off, 132);
   CHECK(single.long_value_tile == 0);
   CHECK(single.value_tile == chunked_value_tile(varlen, 132));
   // Equal lengths, one sequence, a forced value_tile, fp32, debug: never two tiles.
@@ -426,6 +437,7 @@ TEST_CASE("chunked api: two V tiles: the plan picks them for uneven packs only; 
   ChunkedOptions forced;
   forced.long_value_tile = 32;
   forced.long_above_chunks = 10;
+  forced.split_chunks = 0;  // small (below) is split by the heads by default
   const ChunkedPlan f = chunked_plan(varlen, forced, 132);
   CHECK(f.long_value_tile == 32);
   CHECK(f.long_above_chunks == 10);
@@ -446,6 +458,16 @@ TEST_CASE("chunked api: two V tiles: the plan picks them for uneven packs only; 
   bad = forced;
   bad.split_chunks = 32;
   require_rejected(small, "long_value_tile", bad);
+  bad.split_chunks = kChunkedSplitByHeads;  // the default: splits small (HV 4), so rejected
+  require_rejected(small, "long_value_tile", bad);
+  // ... but not a problem it leaves unsplit (H 16 HV 32).
+  {
+    ChunkedOptions by_heads = forced;
+    by_heads.split_chunks = kChunkedSplitByHeads;
+    const Problem wide = pack({1, 700, 65}, 16, 32);
+    FakeTensors w(wide);
+    CHECK_NOTHROW(validate_chunked_prefill(wide, w.t, by_heads));
+  }
   Problem f32 = small;
   f32.input_dtype = DType::f32;
   bad = forced;

@@ -53,6 +53,9 @@ const std::vector<Shape>& shapes() {
       {"lowpar_1x32768", 2, 8, repeat(1, 32768)},
       {"varlen_pack", 16, 32, {1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129}},
       {"qwen3next_8x4096", 16, 32, repeat(8, 4096)},
+      // Not an fla peer shape: what the default split by the heads costs or saves where several
+      // long sequences of a few-head model already give more blocks than one.
+      {"lowpar_4x8192", 2, 8, repeat(4, 8192)},
   };
   return all;
 }
@@ -181,16 +184,28 @@ std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const 
 
 void run_chunked(benchmark::State& state, ChunkedOptions options);
 
+// One V tile (long_value_tile -1) and the given tile and split (0: unsplit, -1 automatic, -2 by
+// the heads): what each configuration is worth.
 void BM_chunked(benchmark::State& state) {
   ChunkedOptions options;
   options.value_tile = static_cast<int>(state.range(1));
   options.split_chunks = static_cast<int>(state.range(2));
+  options.long_value_tile = -1;
   run_chunked(state, options);
 }
 
+// ChunkedOptions{} untouched: what a caller gets (the split by the heads, two V tiles where the
+// plan takes them). combine_chunked.py quotes these rows as ours.
+void BM_chunked_default(benchmark::State& state) { run_chunked(state, ChunkedOptions{}); }
+
+// Two V tiles, unsplit: long_value_tile 0 (the plan's choice) or forced with long_above and the
+// value tile of the others (0: automatic).
 void BM_chunked_two_tiles(benchmark::State& state) {
   ChunkedOptions options;
-  options.long_value_tile = 0;
+  options.split_chunks = 0;
+  options.long_value_tile = static_cast<int>(state.range(1));
+  options.long_above_chunks = state.range(2);
+  options.value_tile = static_cast<int>(state.range(3));
   run_chunked(state, options);
 }
 
@@ -283,9 +298,10 @@ void arguments(benchmark::internal::Benchmark* b) {
   // shapes with few or uneven chains (what the split's cost model is worth).
   const std::map<std::int64_t, std::vector<int>> sweep{{0, {64, 32}}, {1, {16, 64}}, {3, {32}}, {4, {128, 64}}};
   const std::map<std::int64_t, std::vector<std::vector<int>>> splits{
-      {1, {{0, -1}, {128, 128}, {128, 64}}},
-      {3, {{0, -1}, {0, -2}, {128, 16}, {128, 32}, {128, 64}, {64, 32}}},
-      {4, {{0, -1}, {128, 32}, {64, 32}}}};
+      {1, {{0, -1}, {128, 128}}},
+      {3, {{0, -1}, {0, -2}, {128, 16}, {128, 64}}},
+      {4, {{0, -1}, {128, 32}}},
+      {6, {{0, -1}, {0, -2}}}};
   for (std::size_t i = 0; i < shapes().size(); ++i) {
     b->Args({std::int64_t(i), 0, 0});
     const auto it = sweep.find(std::int64_t(i));
@@ -299,8 +315,24 @@ void arguments(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
+BENCHMARK(BM_chunked_default)
+    ->ArgNames({"shape"})
+    ->DenseRange(0, 6)
+    ->UseManualTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_chunked)->Apply(arguments)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
-// Two V tiles chosen by the plan (ChunkedOptions::long_value_tile = 0, off by default): the
-// varlen pack, against BM_chunked's default row of the same shape in the same run.
-BENCHMARK(BM_chunked_two_tiles)->ArgNames({"shape"})->Arg(4)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
+// Two V tiles on the varlen pack (lengths 1 to 8192; 4000 is 63 chunks, 3000 47, 2048 32): the
+// plan's choice (BV 64 above 63 chunks beside BV 128), then other splits of the pack, against
+// BM_chunked's one-tile rows of the same shape in the same run.
+BENCHMARK(BM_chunked_two_tiles)
+    ->ArgNames({"shape", "long_value_tile", "long_above", "value_tile"})
+    ->Args({4, 0, 0, 0})
+    ->Args({4, 32, 63, 128})
+    ->Args({4, 64, 46, 128})
+    ->Args({4, 64, 31, 128})
+    ->Args({4, 32, 46, 64})
+    ->UseManualTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
 GDN_BENCHMARK_MAIN()

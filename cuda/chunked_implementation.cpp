@@ -122,7 +122,8 @@ std::string ChunkedPrefillKernel::name() const {
   if (options_.value_tile != 0) n += ".bv" + std::to_string(options_.value_tile);
   if (options_.split_chunks > 0) n += ".split" + std::to_string(options_.split_chunks);
   if (options_.split_chunks == kChunkedSplitAuto) n += ".split_auto";
-  if (options_.split_chunks == kChunkedSplitByHeads) n += ".split_heads";
+  // kChunkedSplitByHeads is the default (no suffix, as before it was); an explicit 0 is named.
+  if (options_.split_chunks == 0) n += ".unsplit";
   if (cu_seqlens_type_ == IndexType::i64) n += ".cu64";
   return n;
 }
@@ -146,6 +147,11 @@ bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) co
       (problem.input_dtype == DType::f32 || problem.V % options_.long_value_tile != 0 ||
        chunked_blocks_per_sm(problem, options_.long_value_tile) == 0)) {
     if (why) *why = "two V tiles need bf16/fp16 and a long value tile that fits V";
+    return false;
+  }
+  if (options_.long_value_tile > 0 && options_.split_chunks == kChunkedSplitByHeads &&
+      chunked_split_by_heads(problem) != 0) {
+    if (why) *why = "two V tiles need an unsplit launch; the default split by the heads splits this problem";
     return false;
   }
   return true;

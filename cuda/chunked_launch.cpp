@@ -148,7 +148,7 @@ std::size_t chunked_workspace_bytes(const Problem& p, int split_chunks) {
   return bytes;
 }
 
-std::size_t chunked_workspace_bytes(const Problem& p) { return chunked_workspace_bytes(p, 0); }
+std::size_t chunked_workspace_bytes(const Problem& p) { return chunked_workspace_bytes(p, chunked_split_by_heads(p)); }
 
 int chunked_split_by_heads(const Problem& p) {
   constexpr std::int64_t kHalfBlocks = 66;  // half the H200's 132 SMs (a constant: see the header)
@@ -340,7 +340,11 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
     if (problem.input_dtype == DType::f32)
       fail("long_value_tile", "two V tiles run on the bf16/fp16 kernel only; fp32 inputs need 0 or -1, got " +
                                   str(options.long_value_tile));
-    if (options.split_chunks != 0)
+    if (options.split_chunks == kChunkedSplitByHeads && chunked_split_by_heads(problem) != 0)
+      fail("long_value_tile", "two V tiles need an unsplit launch, but split_chunks = kChunkedSplitByHeads (the "
+                              "default) splits this problem (HV x V / 16 <= 66) into segments of " +
+                                  str(chunked_split_by_heads(problem)) + " chunks: set split_chunks = 0");
+    if (options.split_chunks != 0 && options.split_chunks != kChunkedSplitByHeads)
       fail("long_value_tile", "two V tiles need split_chunks = 0, got split_chunks = " + str(options.split_chunks));
     if (options.debug) fail("long_value_tile", "two V tiles cannot run with the debug intermediates");
     if (options.long_above_chunks < 0)
@@ -348,7 +352,9 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
   }
   const std::int64_t blocks = std::int64_t(problem.N()) * problem.HV * (problem.V / 16);
   if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
-  if (options.split_chunks != 0 && problem.input_dtype != DType::f32) {
+  const bool may_split = options.split_chunks == kChunkedSplitByHeads ? chunked_split_by_heads(problem) != 0
+                                                                       : options.split_chunks != 0;
+  if (may_split && problem.input_dtype != DType::f32) {
     // The most segments any split can make: one per chunk (and one per empty sequence).
     const std::int64_t most = chunked_segments(problem, 1);
     if (most * problem.HV * (problem.K / 16 + problem.V / 16) > 0x7fffffff)

@@ -20,8 +20,9 @@
 //
 // Batch invariance: the V tile is chosen from the batch shape (to fill the GPU), but no output
 // bit depends on it: each output element is reduced in one fixed order (see the kernel header).
-// The sequence split (ChunkedOptions::split_chunks, off by default) keeps that with a fixed
-// segment length; its automatic mode (kChunkedSplitAuto) does not, and says so.
+// The sequence split (ChunkedOptions::split_chunks; by default chosen from the heads alone)
+// keeps that with a fixed segment length; its automatic mode (kChunkedSplitAuto) does not, and
+// says so.
 //
 // One call enqueues three kernels on the stream: the chunk offsets, a prepass over every
 // (chunk, value head) (gates, A, P, T: what does not depend on the state) into a workspace, and
@@ -69,7 +70,8 @@ struct ChunkedOptions {
   int value_tile = 0;
   const ChunkedDebug* debug = nullptr;
   // Device workspace of the prepass (the per-chunk T, P and gate scalars the state kernel
-  // reads): at least chunked_workspace_bytes(problem) bytes, 16-byte aligned, used by this
+  // reads): at least chunked_workspace_bytes(problem, resolved split) bytes (the one-argument
+  // overload: the default options' size), 16-byte aligned, used by this
   // launch until its kernels finish (stream order) and not by another launch meanwhile. Null:
   // each launch allocates it on its stream with cudaMallocAsync and frees it with cudaFreeAsync
   // (stream-ordered, no host synchronisation, capturable in a CUDA graph).
@@ -82,36 +84,41 @@ struct ChunkedOptions {
   // [M | B] per segment, a small kernel chains them, a second pass computes o from each
   // segment's true start state). Costs about (2 K + V) / V times the state work of the unsplit
   // kernel, so it only pays where most SMs would idle.
-  //   0 (default): off.
+  //   0: off.
   //   > 0: segments of that many chunks. A sequence's bits then depend on it and split_chunks
   //        alone (batch invariant and deterministic for a fixed value); they differ from the
   //        unsplit bits within the budget (the products of M are rounded differently).
   //   kChunkedSplitAuto: chosen with the V tile from the batch shape (chunked_plan); fastest,
   //        but whether and where a sequence is cut then depends on the rest of the batch, so
   //        this mode is not batch invariant.
-  //   kChunkedSplitByHeads: chosen from the problem's heads and V alone
+  //   kChunkedSplitByHeads (default): chosen from the problem's heads and V alone
   //        (chunked_split_by_heads): segments of 32 chunks where one sequence's blocks at the
-  //        narrowest V tile fill at most half an H200, else none. Nothing of the batch enters, so it
-  //        is batch invariant and deterministic like a fixed value; for few-head models
-  //        (H200, H 2 HV 8, 1 x 32768: 0.662 ms against 1.107 unsplit), at the cost of the
-  //        affine pass where the batch would have filled the GPU anyway.
+  //        narrowest V tile fill at most half an H200, else none (so none for Qwen3-Next's
+  //        H 16 HV 32). Nothing of the batch enters, so it is batch invariant and deterministic
+  //        like a fixed value. For few-head models (H 2 HV 8, 1 x 32768: 0.662 ms against 1.107
+  //        unsplit on the H200 at 08a9246; 0.625 against 1.075 on an H100 at 2b624a9). A
+  //        sequence of at most 32 chunks is one segment and has no affine pass. The default
+  //        since 2b624a9's run: the issue asks for long single sequences to be fast without a
+  //        flag, and this is the batch-invariant way.
   // fp32 inputs: 0 only (the fp32 kernel has no split; kChunkedSplitAuto and
   // kChunkedSplitByHeads mean 0 there).
-  int split_chunks = 0;
+  int split_chunks = kChunkedSplitByHeads;
   // Two V tiles (bf16 / fp16, unsplit, no debug): where a batch's longest sequences set its time
   // (their chain of chunks) while the rest fill the GPU, the sequences of more than
   // long_above_chunks chunks run at a narrower V tile (more blocks, each a shorter chain) beside
   // the others at a wider one: one prepass, then two output launches on two streams (the long
   // sequences' first, at the higher priority), joined again on the caller's stream. The V tile
   // changes no bit, so neither does this: batch invariant and deterministic either way.
-  //   -1 (default): never, one V tile for every sequence;
-  //   0: chunked_plan decides from the batch shape (with value_tile 0 only);
+  //   -1: never, one V tile for every sequence;
+  //   0 (default): chunked_plan decides from the batch shape (with value_tile 0 and a resolved
+  //        split of 0 only); it takes two tiles where its model saves 10 %;
   //   > 0: this tile for the sequences of more than long_above_chunks chunks, the automatic or
-  //        the given value_tile for the others.
-  // Off by default until it has run on a GPU: written in a session whose device calls were all
-  // refused (reports/results/h200/profile/chunk_2026-12-05c). The GPU suite's invariance test
-  // forces it; the benchmark times it (BM_chunked_two_tiles) against the one tile.
-  int long_value_tile = -1;
+  //        the given value_tile for the others (needs a resolved split of 0: set split_chunks
+  //        = 0 where kChunkedSplitByHeads would split).
+  // On by default since its first GPU run (2b624a9, an H100, 1000 random cases and the forced
+  // invariance test passed): the benchmark's varlen pack took 0.716 ms against 0.755 with one
+  // tile (reports/results/h200/CHUNKED_PREFILL.md).
+  int long_value_tile = 0;
   std::int64_t long_above_chunks = 0;
 };
 
@@ -163,7 +170,9 @@ int chunked_value_tile(const Problem& problem, int multiprocessors);
 // Bytes of the workspace a launch for `problem` needs (ChunkedOptions::workspace): the chunk
 // offsets ((N + 1) int64, padded to 256 bytes), then one record per (chunk, value head) of
 // 3 x 64 x 64 elements of the input dtype + 6 x 64 fp32 (2 x 64 x 64 for fp32 inputs), then
-// (N + 1) int64 padded to 256 bytes for the ranks of two V tiles' long sequences.
+// (N + 1) int64 padded to 256 bytes for the ranks of two V tiles' long sequences; with the split
+// the default options resolve to (kChunkedSplitByHeads), what the overload below adds for it.
+// Enough for ChunkedOptions{} (and for any options whose resolved split is 0 or that one).
 std::size_t chunked_workspace_bytes(const Problem& problem);
 // With the sequence split of split_chunks > 0 chunks (a resolved value, see chunked_plan): also
 // the segment offsets (in place of the ranks) and one K x (K + V) fp32 affine map per (segment,

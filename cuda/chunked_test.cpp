@@ -76,8 +76,13 @@ std::string invariance_diff(const ChunkedOptions& options, const Problem& p, con
   }
   // Two V tiles (two output launches on two streams): BV 16 for the sequences longer than the
   // one drawn above, the automatic tile for the rest.
-  if (diff.empty() && options.split_chunks == 0 && options.debug == nullptr) {
+  // Only where the launch was unsplit (an explicit 0, or the default split by the heads that
+  // leaves this problem whole): two tiles need that, and then they must give its bits.
+  const bool unsplit = options.split_chunks == 0 ||
+                       (options.split_chunks == kChunkedSplitByHeads && chunked_split_by_heads(p) == 0);
+  if (diff.empty() && unsplit && options.debug == nullptr) {
     ChunkedOptions two_tiles = options;
+    two_tiles.split_chunks = 0;
     two_tiles.value_tile = 0;
     two_tiles.long_value_tile = 16;
     two_tiles.long_above_chunks = (p.seq_len(alone) + kChunkSize - 1) / kChunkSize;
@@ -189,6 +194,9 @@ TEST_CASE("chunked: the transposed BV 128 pass (bf16, K 128) is within budget an
     ChunkedOptions wide, narrow;
     wide.value_tile = 128;
     narrow.value_tile = 64;
+    // HV 4 x V 256 / 16 = 64 blocks: the default would split by the heads; this test is of the
+    // unsplit output pass.
+    wide.split_chunks = narrow.split_chunks = 0;
     ChunkedPrefillKernel transposed(wide), reference_tile(narrow);
     REQUIRE(transposed.supports(p, nullptr));
     const Run r = run_and_judge(transposed, p, inputs);
