@@ -147,19 +147,13 @@ std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const 
   }
   if (kernels.size() == 3) names = {"offsets", "prepass", "forward"};
   if (kernels.size() == 5) names = {"offsets", "prepass", "affine", "combine", "forward"};
-  const bool two_tiles = chunked_plan(p, options, 132).long_value_tile != 0;
-  if (two_tiles) {
-    // Two V tiles: the offsets, then two prepass and two output launches, named by the
-    // sequences they serve (every kernel's only argument is its ChunkedParams).
-    names.assign(kernels.size(), "");
-    names[0] = "offsets";
-    for (std::size_t k = 1; k < kernels.size(); ++k) {
-      const auto* params = static_cast<const detail::ChunkedParams*>(kernels[k].kernelParams[0]);
-      names[k] = params->prep_served == 1   ? "prepass_long"
-                 : params->prep_served == 2 ? "prepass"
-                 : params->served == 1      ? "forward_long"
-                                            : "forward";
-    }
+  if (kernels.size() == 4) {
+    // Two V tiles: name the output passes by the sequences they serve (the kernel's only
+    // argument is its ChunkedParams).
+    names = {"offsets", "prepass", "", ""};
+    for (std::size_t k = 2; k < 4; ++k)
+      names[k] = static_cast<const detail::ChunkedParams*>(kernels[k].kernelParams[0])->served == 1 ? "forward_long"
+                                                                                                     : "forward";
   }
   bench::EventTimer timer(stream);
   for (std::size_t k = 0; k < kernels.size(); ++k) {

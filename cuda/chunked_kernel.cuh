@@ -855,10 +855,6 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   const int n = lo;
   const std::int64_t ci = g - offs[n];
   const std::int64_t eos = seq_boundary(p, n + 1);
-  if (p.prep_served != 0) {  // two V tiles: this launch prepares the longer or the shorter sequences
-    const bool longer = (eos - seq_boundary(p, n) + kC - 1) / kC > p.served_above_chunks;
-    if (longer != (p.prep_served == 1)) return;
-  }
   const std::int64_t start = seq_boundary(p, n) + ci * kC;
   const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
   const int h = j0 / p.group;  // the pair's heads share it: group is even, j0 too
@@ -1623,16 +1619,15 @@ struct Instance {
 
   // Offsets, prepass, forward, in stream order (no host synchronisation: capturable). With the
   // sequence split (bf16/fp16): the affine pass and the combine before the output pass.
-  // `stages` (kChunkedPrepare, kChunkedPrepassOnly, kChunkedForward) picks the part to enqueue:
-  // with two V tiles the launcher runs the prepare stage for the long sequences, the prepass
-  // alone for the others, and the forward stage of two instances.
+  // `stages` (kChunkedPrepare, kChunkedForward) picks the part to enqueue: with two V tiles the
+  // launcher runs the prepare stage once and the forward stage of two instances.
   static void enqueue(const ChunkedParams& params, std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream,
                       unsigned stages) {
-    if (stages & (kChunkedPrepare | kChunkedPrepassOnly)) prepare(params, prep_blocks, stream, (stages & kChunkedPrepare) != 0);
+    if (stages & kChunkedPrepare) prepare(params, prep_blocks, stream);
     if (stages & kChunkedForward) forward_stage(params, blocks, stream);
   }
-  static void prepare(const ChunkedParams& params, std::int64_t prep_blocks, cudaStream_t stream, bool offsets) {
-    if (offsets) chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
+  static void prepare(const ChunkedParams& params, std::int64_t prep_blocks, cudaStream_t stream) {
+    chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
     // One prepass block per (chunk, pair of value heads) when the group is even (chunked_prepare).
     if (prep_blocks > 0 && params.group % 2 == 0)
       chunked_prepare<E, KP, 2><<<static_cast<unsigned>(prep_blocks / 2), kThreads, P::bytes, stream>>>(params);

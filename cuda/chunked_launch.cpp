@@ -541,11 +541,10 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   if (plan.long_value_tile == 0) {
     launched = detail::enqueue_chunked(input, key_pad, value_tile, r, blocks, chunks * p.HV, stream);
   } else {
-    // Two V tiles: the long sequences' prepass, then their output pass on the side stream (the
+    // Two V tiles: the prepass, then the long sequences' output pass on the side stream (the
     // higher priority, so that its blocks, the batch's critical path, are placed first) beside
-    // the others' prepass and output pass on the caller's stream, joined by events (capturable:
-    // the side stream joins a capture through the first event). A record depends only on its
-    // (chunk, head), so preparing the batch in two launches changes no bit.
+    // the others' on the caller's stream, joined by events (capturable: the side stream joins a
+    // capture through the first event).
     ChunkedParams longer = r;
     longer.value_tiles = p.V / plan.long_value_tile;
     longer.affine_tiles = (p.K + plan.long_value_tile - 1) / plan.long_value_tile;
@@ -561,18 +560,12 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
     longer.served_offsets = r.served_offsets;
     std::int64_t long_sequences = 0;
     for (int n = 0; n < p.N(); ++n) long_sequences += (p.seq_len(n) + kChunkSize - 1) / kChunkSize > plan.long_above_chunks;
-    ChunkedParams prep_long = r, prep_short = r;
-    prep_long.prep_served = 1;
-    prep_short.prep_served = 2;
-    launched = detail::enqueue_chunked(input, key_pad, value_tile, prep_long, 0, chunks * p.HV, stream, detail::kChunkedPrepare);
+    launched = detail::enqueue_chunked(input, key_pad, value_tile, r, 0, chunks * p.HV, stream, detail::kChunkedPrepare);
     if (launched == cudaSuccess) launched = cudaEventRecord(side.prepared, stream);
     if (launched == cudaSuccess) launched = cudaStreamWaitEvent(side.stream, side.prepared, 0);
     if (launched == cudaSuccess && long_sequences > 0)
       launched = detail::enqueue_chunked(input, key_pad, plan.long_value_tile, longer, long_sequences * p.HV * longer.value_tiles,
                                          0, side.stream, detail::kChunkedForward);
-    if (launched == cudaSuccess)
-      launched = detail::enqueue_chunked(input, key_pad, value_tile, prep_short, 0, chunks * p.HV, stream,
-                                         detail::kChunkedPrepassOnly);
     if (launched == cudaSuccess)
       launched = detail::enqueue_chunked(input, key_pad, value_tile, r, blocks, 0, stream, detail::kChunkedForward);
     if (launched == cudaSuccess) launched = cudaEventRecord(side.finished, side.stream);

@@ -67,11 +67,6 @@ struct ChunkedParams {
   // of a long sequence returns at once); 0: every sequence. The V tile changes no bit, so
   // neither does the grouping.
   int served;
-  // The same split of the batch for the prepass (two V tiles): 1 only the chunks of the
-  // sequences of more than served_above_chunks chunks, 2 only the others' (a block of the other
-  // group returns at once), 0 every chunk. The launcher prepares the long sequences first, so
-  // that their output pass, the batch's critical path, starts before the rest is prepared.
-  int prep_served;
   std::int64_t served_above_chunks;
   std::int64_t* served_offsets;  // [N + 1] (workspace, where the split's seg_offsets would be)
 
@@ -122,9 +117,7 @@ cudaError_t configure_chunked(ElementType input, int key_pad, int value_tile, bo
 // offsets kernel (params.ws_offsets from cu_seqlens) and the prepass (prep_blocks = ws_chunks *
 // HV blocks, none when 0); kChunkedForward, the forward (`blocks` blocks, with the split's
 // affine pass and combine before it). Returns cudaGetLastError() after the launches.
-// kChunkedPrepassOnly: the prepass without the offsets kernel (a second prepass launch of the
-// same call, after the first's offsets).
-constexpr unsigned kChunkedPrepare = 1, kChunkedForward = 2, kChunkedAllStages = 3, kChunkedPrepassOnly = 4;
+constexpr unsigned kChunkedPrepare = 1, kChunkedForward = 2, kChunkedAllStages = 3;
 cudaError_t enqueue_chunked(ElementType input, int key_pad, int value_tile, const ChunkedParams& params,
                             std::int64_t blocks, std::int64_t prep_blocks, cudaStream_t stream,
                             unsigned stages = kChunkedAllStages);

@@ -27,9 +27,8 @@
 // One call enqueues three kernels on the stream: the chunk offsets, a prepass over every
 // (chunk, value head) (gates, A, P, T: what does not depend on the state) into a workspace, and
 // the sequential state kernel that reads it (ChunkedOptions::workspace, chunked_workspace_bytes).
-// With two V tiles (ChunkedOptions::long_value_tile) the prepass and the state kernel run as two
-// launches each: the long sequences' prepass first, then their state kernel on a side stream
-// (forked from and joined to the caller's by events) beside the others' prepass and state kernel.
+// With two V tiles (ChunkedOptions::long_value_tile) the state kernel runs as two launches, the
+// second on a side stream forked from and joined to the caller's by events.
 // With the sequence split, two more before the state kernel: its affine pass over the segments
 // and the combine that chains their maps.
 #include <cuda_runtime_api.h>
@@ -107,9 +106,8 @@ struct ChunkedOptions {
   // Two V tiles (bf16 / fp16, unsplit, no debug): where a batch's longest sequences set its time
   // (their chain of chunks) while the rest fill the GPU, the sequences of more than
   // long_above_chunks chunks run at a narrower V tile (more blocks, each a shorter chain) beside
-  // the others at a wider one: the long sequences' prepass, then their output launch on a side
-  // stream (at the higher priority) beside the others' prepass and output launch on the
-  // caller's stream, joined again on the caller's stream. The V tile
+  // the others at a wider one: one prepass, then two output launches on two streams (the long
+  // sequences' first, at the higher priority), joined again on the caller's stream. The V tile
   // changes no bit, so neither does this: batch invariant and deterministic either way.
   //   -1: never, one V tile for every sequence;
   //   0 (default): chunked_plan decides from the batch shape (with value_tile 0 and a resolved
