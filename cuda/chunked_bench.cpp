@@ -317,7 +317,7 @@ void arguments(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_chunked_default)
     ->ArgNames({"shape"})
-    ->DenseRange(0, 6)
+    ->DenseRange(0, static_cast<int>(shapes().size()) - 1)
     ->UseManualTime()
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);

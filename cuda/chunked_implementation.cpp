@@ -149,9 +149,8 @@ bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) co
     if (why) *why = "two V tiles need bf16/fp16 and a long value tile that fits V";
     return false;
   }
-  if (options_.long_value_tile > 0 && options_.split_chunks == kChunkedSplitByHeads &&
-      chunked_split_by_heads(problem) != 0) {
-    if (why) *why = "two V tiles need an unsplit launch; the default split by the heads splits this problem";
+  if (options_.long_value_tile > 0 && chunked_fixed_split(problem, options_.split_chunks) != 0) {
+    if (why) *why = "two V tiles need an unsplit launch (split_chunks resolves to a split for this problem)";
     return false;
   }
   return true;

@@ -148,7 +148,9 @@ std::size_t chunked_workspace_bytes(const Problem& p, int split_chunks) {
   return bytes;
 }
 
-std::size_t chunked_workspace_bytes(const Problem& p) { return chunked_workspace_bytes(p, chunked_split_by_heads(p)); }
+std::size_t chunked_workspace_bytes(const Problem& p) {
+  return chunked_workspace_bytes(p, chunked_fixed_split(p, ChunkedOptions{}.split_chunks));
+}
 
 int chunked_split_by_heads(const Problem& p) {
   constexpr std::int64_t kHalfBlocks = 66;  // half the H200's 132 SMs (a constant: see the header)
@@ -157,9 +159,13 @@ int chunked_split_by_heads(const Problem& p) {
   return std::int64_t(p.HV) * (p.V / 16) <= kHalfBlocks ? kSegmentChunks : 0;
 }
 
+int chunked_fixed_split(const Problem& p, int split_chunks) {
+  return split_chunks == kChunkedSplitByHeads ? chunked_split_by_heads(p) : split_chunks;
+}
+
 ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int multiprocessors) {
   ChunkedOptions options = given;
-  if (options.split_chunks == kChunkedSplitByHeads) options.split_chunks = chunked_split_by_heads(p);
+  options.split_chunks = chunked_fixed_split(p, options.split_chunks);
   // The cost model of chunked_value_tile, per pass, in units of one block's fixed per-chunk
   // work (64 + BV per chunk; 1 unit ~ 0.036 us on the H200):
   //   output pass: max(longest chain (a segment's chunks), all block-chunks / resident blocks);
@@ -340,11 +346,12 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
     if (problem.input_dtype == DType::f32)
       fail("long_value_tile", "two V tiles run on the bf16/fp16 kernel only; fp32 inputs need 0 or -1, got " +
                                   str(options.long_value_tile));
-    if (options.split_chunks == kChunkedSplitByHeads && chunked_split_by_heads(problem) != 0)
+    const int split = chunked_fixed_split(problem, options.split_chunks);
+    if (split != 0 && options.split_chunks == kChunkedSplitByHeads)
       fail("long_value_tile", "two V tiles need an unsplit launch, but split_chunks = kChunkedSplitByHeads (the "
                               "default) splits this problem (HV x V / 16 <= 66) into segments of " +
-                                  str(chunked_split_by_heads(problem)) + " chunks: set split_chunks = 0");
-    if (options.split_chunks != 0 && options.split_chunks != kChunkedSplitByHeads)
+                                  str(split) + " chunks: set split_chunks = 0");
+    if (split != 0)
       fail("long_value_tile", "two V tiles need split_chunks = 0, got split_chunks = " + str(options.split_chunks));
     if (options.debug) fail("long_value_tile", "two V tiles cannot run with the debug intermediates");
     if (options.long_above_chunks < 0)
@@ -352,9 +359,7 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
   }
   const std::int64_t blocks = std::int64_t(problem.N()) * problem.HV * (problem.V / 16);
   if (blocks > 0x7fffffff) fail("cu_seqlens", "N * HV * V tiles is too large for one launch");
-  const bool may_split = options.split_chunks == kChunkedSplitByHeads ? chunked_split_by_heads(problem) != 0
-                                                                       : options.split_chunks != 0;
-  if (may_split && problem.input_dtype != DType::f32) {
+  if (chunked_fixed_split(problem, options.split_chunks) != 0 && problem.input_dtype != DType::f32) {
     // The most segments any split can make: one per chunk (and one per empty sequence).
     const std::int64_t most = chunked_segments(problem, 1);
     if (most * problem.HV * (problem.K / 16 + problem.V / 16) > 0x7fffffff)
@@ -365,10 +370,8 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
   if (options.workspace) {
     if (reinterpret_cast<std::uintptr_t>(options.workspace) % 16 != 0) fail("workspace", "must be 16-byte aligned");
     // (kChunkedSplitAuto: checked by chunked_prefill once the split is chosen, still before any launch.)
-    if (options.split_chunks == kChunkedSplitByHeads)
-      check_workspace(problem, options, chunked_split_by_heads(problem));
-    else if (options.split_chunks != kChunkedSplitAuto)
-      check_workspace(problem, options, options.split_chunks);
+    if (options.split_chunks != kChunkedSplitAuto)
+      check_workspace(problem, options, chunked_fixed_split(problem, options.split_chunks));
   } else if (options.workspace_bytes != 0) {
     fail("workspace", "is null but workspace_bytes is " + std::to_string(options.workspace_bytes));
   }

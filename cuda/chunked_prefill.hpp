@@ -129,6 +129,10 @@ struct ChunkedOptions {
 // H 2 HV 8 (64 blocks), 1 x 32768 on the H200 (08a9246: 16 chunks 0.815 ms, 32 0.662, 64 0.755,
 // BV 128; unsplit 1.107). Host-side, no CUDA call.
 int chunked_split_by_heads(const Problem& problem);
+// ChunkedOptions::split_chunks with kChunkedSplitByHeads resolved (chunked_split_by_heads); any
+// other value as given (kChunkedSplitAuto stays: chunked_plan resolves it with the V tile). The
+// one place the launcher, its checks and the tests turn the option into a split. Host-side.
+int chunked_fixed_split(const Problem& problem, int split_chunks);
 
 // What a launch runs: the V tile and the resolved sequence split (0 = none), with the number of
 // units (segments, or sequences when not split) and the cost model's estimate in units of one
@@ -170,9 +174,9 @@ int chunked_value_tile(const Problem& problem, int multiprocessors);
 // Bytes of the workspace a launch for `problem` needs (ChunkedOptions::workspace): the chunk
 // offsets ((N + 1) int64, padded to 256 bytes), then one record per (chunk, value head) of
 // 3 x 64 x 64 elements of the input dtype + 6 x 64 fp32 (2 x 64 x 64 for fp32 inputs), then
-// (N + 1) int64 padded to 256 bytes for the ranks of two V tiles' long sequences; with the split
-// the default options resolve to (kChunkedSplitByHeads), what the overload below adds for it.
-// Enough for ChunkedOptions{} (and for any options whose resolved split is 0 or that one).
+// (N + 1) int64 padded to 256 bytes for the ranks of two V tiles' long sequences; plus what the
+// overload below adds for the split ChunkedOptions{} resolves to (chunked_fixed_split). Enough
+// for the default options, and for any whose resolved split is 0 or that one.
 std::size_t chunked_workspace_bytes(const Problem& problem);
 // With the sequence split of split_chunks > 0 chunks (a resolved value, see chunked_plan): also
 // the segment offsets (in place of the ranks) and one K x (K + V) fp32 affine map per (segment,

@@ -78,9 +78,7 @@ std::string invariance_diff(const ChunkedOptions& options, const Problem& p, con
   // one drawn above, the automatic tile for the rest.
   // Only where the launch was unsplit (an explicit 0, or the default split by the heads that
   // leaves this problem whole): two tiles need that, and then they must give its bits.
-  const bool unsplit = options.split_chunks == 0 ||
-                       (options.split_chunks == kChunkedSplitByHeads && chunked_split_by_heads(p) == 0);
-  if (diff.empty() && unsplit && options.debug == nullptr) {
+  if (diff.empty() && chunked_fixed_split(p, options.split_chunks) == 0 && options.debug == nullptr) {
     ChunkedOptions two_tiles = options;
     two_tiles.split_chunks = 0;
     two_tiles.value_tile = 0;

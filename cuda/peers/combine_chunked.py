@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Combines one H200 call's chunked-prefill results into prefill_peers.json: our Google Benchmark
+"""Combines one device call's chunked-prefill results into prefill_peers.json: our Google Benchmark
 rows (prefill.json: the default, automatic V tile without the sequence split, and where the
 benchmark ran it the automatic split, a named mode that is not batch invariant), fla's timed run (fla_chunk.json) and the accuracy judge
 (accuracy.json), matched by shape name; BM_chunked_default rows (ChunkedOptions{}) are ours where present,
