@@ -1102,37 +1102,57 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       const float* arow = Ah + (16 * bi + rr) * ldf + 16 * kb;
       const float* tb = Th + (16 * kb) * ldf + 16 * bj + c0;
 #pragma unroll
-      for (int kk = 0; kk < 16; ++kk) {
-        const float a = arow[kk];
-        const float4 t0 = *reinterpret_cast<const float4*>(tb + kk * ldf);
-        const float4 t1 = *reinterpret_cast<const float4*>(tb + kk * ldf + 4);
-        y[0] = fmaf(a, t0.x, y[0]);
-        y[1] = fmaf(a, t0.y, y[1]);
-        y[2] = fmaf(a, t0.z, y[2]);
-        y[3] = fmaf(a, t0.w, y[3]);
-        y[4] = fmaf(a, t1.x, y[4]);
-        y[5] = fmaf(a, t1.y, y[5]);
-        y[6] = fmaf(a, t1.z, y[6]);
-        y[7] = fmaf(a, t1.w, y[7]);
+      for (int k4 = 0; k4 < 16; k4 += 4) {
+        // A's row in 16-byte pieces (rows of ldf floats start on 16 bytes, as do the blocks).
+        const float4 a4 = *reinterpret_cast<const float4*>(arow + k4);
+        const float as[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int kk = k4 + u;
+          const float a = as[u];
+          const float4 t0 = *reinterpret_cast<const float4*>(tb + kk * ldf);
+          const float4 t1 = *reinterpret_cast<const float4*>(tb + kk * ldf + 4);
+          y[0] = fmaf(a, t0.x, y[0]);
+          y[1] = fmaf(a, t0.y, y[1]);
+          y[2] = fmaf(a, t0.z, y[2]);
+          y[3] = fmaf(a, t0.w, y[3]);
+          y[4] = fmaf(a, t1.x, y[4]);
+          y[5] = fmaf(a, t1.y, y[5]);
+          y[6] = fmaf(a, t1.z, y[6]);
+          y[7] = fmaf(a, t1.w, y[7]);
+        }
       }
     }
   };
   auto finish = [&](int bi, int bj, const float (&y)[8]) {
     float* const Th = Tf(my_head);
-    // Row kk of Y is held by lanes 2 kk (columns 0-7) and 2 kk + 1 (8-15): shuffled over,
-    // summed in kk increasing.
+    // Row kk of Y is held by lanes 2 kk (columns 0-7) and 2 kk + 1 (8-15). It goes through
+    // T_ij's own place, which nothing reads before the next level's barrier: each lane stores
+    // its piece, then reads rows kk in increasing order, two 16-byte loads per kk where eight
+    // shuffles were (the same products in the same order: the same bits).
+    float* const out = Th + (16 * bi + rr) * ldf + 16 * bj + c0;
+    *reinterpret_cast<float4*>(out) = make_float4(y[0], y[1], y[2], y[3]);
+    *reinterpret_cast<float4*>(out + 4) = make_float4(y[4], y[5], y[6], y[7]);
+    __syncwarp();
     float z[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) z[e] = 0.f;
-    const float* trow = Th + (16 * bi + rr) * ldf + 16 * bi;
+    const float* const trow = Th + (16 * bi + rr) * ldf + 16 * bi;
+    const float* const ycol = Th + (16 * bi) * ldf + 16 * bj + c0;
 #pragma unroll
-    for (int kk = 0; kk < 16; ++kk) {
-      const float a = trow[kk];
-      const int src = 2 * kk + (lane & 1);
+    for (int k4 = 0; k4 < 16; k4 += 4) {
+      const float4 a4 = *reinterpret_cast<const float4*>(trow + k4);
+      const float as[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
-      for (int e = 0; e < 8; ++e) z[e] = fmaf(a, __shfl_sync(0xffffffffu, y[e], src), z[e]);
+      for (int u = 0; u < 4; ++u) {
+        const float4 y0 = *reinterpret_cast<const float4*>(ycol + (k4 + u) * ldf);
+        const float4 y1 = *reinterpret_cast<const float4*>(ycol + (k4 + u) * ldf + 4);
+        const float ys[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) z[e] = fmaf(as[u], ys[e], z[e]);
+      }
     }
-    float* out = Th + (16 * bi + rr) * ldf + 16 * bj + c0;
+    __syncwarp();  // every lane's reads of Y, before T_ij takes its place
     *reinterpret_cast<float4*>(out) = make_float4(-z[0], -z[1], -z[2], -z[3]);
     *reinterpret_cast<float4*>(out + 4) = make_float4(-z[4], -z[5], -z[6], -z[7]);
     __syncwarp();
