@@ -705,26 +705,27 @@ __device__ __forceinline__ SegmentPlace locate_segment(const ChunkedParams& p, s
 
 // The split's fix-up, between the affine pass and the output pass: for each sequence in
 // segment order, S_in(s + 1) = M_s S_in(s) + B_s, written over B_s (S_in(1) = B_0: segment 0's
-// affine pass starts from h0). One block per (sequence, value head, 16 columns of V); fp32
-// FMAs, each element summed in one fixed order (B, then k increasing): deterministic, and a
-// sequence's bits depend on nothing else in the batch.
-constexpr int kCombineThreads = 256, kCombineColumns = 16;
-constexpr int kCombineRowGroups = kCombineThreads / kCombineColumns;  // thread rows r = group + 16 i
+// affine pass starts from h0). One block per (sequence, value head, 8 columns of V); fp32 FMAs.
+//
+// Why this shape: the steps are a serial chain (one per segment of the longest sequence), so a
+// step's latency is what counts. The version before (3dd6a39 .. 14f9fb5: 16 columns, M copied a
+// step ahead into shared memory, each thread 8 rows of one column) took about 8.9 us a step on
+// the H200 and H100 for 1024 FMAs a thread, whether 64 or 256 blocks ran (ncu, 124 us for 14
+// steps at H2 HV8). Here each row of the tile belongs to two threads of one warp, each holding
+// half of M_s's row (interleaved pieces of 4 columns, at most 64 floats) in registers, loaded
+// from global memory a whole step before use; the step is then 512 FMAs a thread at K 128 with
+// S(s) read from shared memory as broadcasts, one shuffle, and one barrier.
+//
+// Order of every element's sum, fixed: each thread's half in increasing k (pieces h, h + 2, ...
+// of 4 columns), then (half 0 + half 1) + B_s. It depends on nothing but K: deterministic, and a
+// sequence's bits depend on nothing else in the batch. (The bits differ from 14f9fb5's
+// combine, whose order was B, then k increasing; both are within the split's budget.)
+constexpr int kCombineThreads = 256, kCombineColumns = 8;
+constexpr int kCombinePieces = 128 / 4 / 2;  // a thread's pieces of 4 columns of M's row (K <= 128)
 template <class E>
-__global__ void __launch_bounds__(kCombineThreads) chunked_combine(const ChunkedParams p) {
-  // Everything a step reads but its start state is known before the chain runs: M_s and B_s are
-  // copied (cp.async, 16-byte pieces) one step ahead into the other of two buffers, and the
-  // start state S(s) of the block's columns stays in shared memory from the step that made it.
-  // A step then waits only for its FMAs and a barrier. (ncu on the H200 at H2 HV8, 14 steps:
-  // 320 us with one 4-byte load per iteration waited for one by one, 132 us with M copied
-  // ahead but S and B read from global memory every step.)
-  extern __shared__ __align__(16) float combine_smem[];
-  const int K = p.K, W = p.K + p.V, ldm = K + 4;  // rows of M padded to 16-byte pieces
-  const int tile_elems = K * kCombineColumns;
-  float* const m_buffer[2] = {combine_smem, combine_smem + K * ldm};
-  float* const b_buffer[2] = {combine_smem + 2 * K * ldm, combine_smem + 2 * K * ldm + tile_elems};
-  float* const s_buffer[2] = {combine_smem + 2 * K * ldm + 2 * tile_elems,
-                              combine_smem + 2 * K * ldm + 3 * tile_elems};
+__global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const ChunkedParams p) {
+  __shared__ __align__(16) float s_tile[2][128 * kCombineColumns];  // S(s) and S(s + 1): [k][column]
+  const int K = p.K, W = p.K + p.V;
   const int tiles = p.V / kCombineColumns;
   const int ct = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles));
   const int pair = static_cast<int>(blockIdx.x / static_cast<unsigned>(tiles));
@@ -733,79 +734,82 @@ __global__ void __launch_bounds__(kCombineThreads) chunked_combine(const Chunked
   if (offs[p.N] > p.segments) return;  // cu_seqlens disagree with the Problem
   const std::int64_t u0 = offs[n], nseg = offs[n + 1] - offs[n];
   if (nseg < 3) return;  // S(1) = B_0 as it is
-  const int tid = threadIdx.x, c = tid % kCombineColumns, group = tid / kCombineColumns;
+  const int tid = threadIdx.x;
+  const int row = tid >> 1, half = tid & 1;  // the two threads of a row are neighbouring lanes
+  const bool active = row < K;
+  const int pieces = K / 8;  // this thread's pieces of 4 columns of M's row (K is a multiple of 16)
+  const int column0 = K + ct * kCombineColumns + 4 * half;  // this thread's 4 columns of B
   const std::int64_t rec_elems = std::int64_t(K) * W;
   auto record = [&](std::int64_t s) { return p.ws_affine + ((u0 + s) * p.HV + j) * rec_elems; };
-  // M_s (K x K) and the block's columns of B_s (K x 16) into buffer `slot`. No commit.
-  auto load_step = [&](std::int64_t s, int slot) {
-    const float* const src = record(s);
-    const int pieces = K / 4;
-    for (int idx = tid; idx < K * pieces; idx += kCombineThreads) {
-      const int r = idx / pieces, q = idx % pieces;
-      cp_async16(m_buffer[slot] + r * ldm + 4 * q, src + std::int64_t(r) * W + 4 * q, true);
-    }
-    constexpr int b_pieces = kCombineColumns / 4;
-    for (int idx = tid; idx < K * b_pieces; idx += kCombineThreads) {
-      const int r = idx / b_pieces, q = idx % b_pieces;
-      cp_async16(b_buffer[slot] + r * kCombineColumns + 4 * q,
-                 src + std::int64_t(r) * W + K + ct * kCombineColumns + 4 * q, true);
-    }
+  // This thread's half row of M_s and its 4 columns of B_s, into registers (plain loads: the
+  // block overwrites B, and ld.global.nc would not see that).
+  auto load_step = [&](std::int64_t s, float4 (&m)[kCombinePieces], float4& b) {
+    if (!active) return;
+    const float* const src = record(s) + std::int64_t(row) * W;
+#pragma unroll
+    for (int i = 0; i < kCombinePieces; ++i)
+      if (i < pieces) m[i] = *reinterpret_cast<const float4*>(src + 4 * (2 * i + half));
+    b = *reinterpret_cast<const float4*>(src + column0);
   };
-  // S(1) = B_0's columns, and step 1's M and B.
-  {
-    const float* const b0 = record(0) + K + ct * kCombineColumns;
-    constexpr int b_pieces = kCombineColumns / 4;
-    for (int idx = tid; idx < K * b_pieces; idx += kCombineThreads) {
-      const int r = idx / b_pieces, q = idx % b_pieces;
-      cp_async16(s_buffer[0] + r * kCombineColumns + 4 * q, b0 + std::int64_t(r) * W + 4 * q, true);
-    }
+  float4 m_now[kCombinePieces], m_next[kCombinePieces];
+  float4 b_now = make_float4(0.f, 0.f, 0.f, 0.f), b_next = b_now;
+#pragma unroll
+  for (int i = 0; i < kCombinePieces; ++i) m_now[i] = m_next[i] = b_now;
+  // S(1) = B_0's columns; step 1's M and B.
+  if (active) {
+    const float4 b0 = *reinterpret_cast<const float4*>(record(0) + std::int64_t(row) * W + column0);
+    *reinterpret_cast<float4*>(&s_tile[0][row * kCombineColumns + 4 * half]) = b0;
   }
-  load_step(1, 0);
-  cp_async_commit();
+  load_step(1, m_now, b_now);
+  __syncthreads();
   for (std::int64_t s = 1; s + 1 < nseg; ++s) {
-    const int slot = static_cast<int>((s - 1) & 1);
-    const float* const Ms = m_buffer[slot];
-    const float* const Bs = b_buffer[slot];
-    const float* const Ss = s_buffer[slot];  // S(s)
-    float* const Sn = s_buffer[slot ^ 1];    // S(s + 1)
-    // The next step's M and B into the other buffers (last read in step s - 1, which ended
-    // with a barrier). One commit per step, so that wait_group<1> is this step's copies.
-    if (s + 2 < nseg) load_step(s + 1, slot ^ 1);
-    cp_async_commit();
-    cp_async_wait_group<1>();
-    __syncthreads();  // M_s, B_s and S(s) in shared memory
-    constexpr int rows = 128 / kCombineRowGroups;  // K <= 128
-    float acc[rows];
+    // The next step's operands are in flight during this step's FMAs.
+    if (s + 2 < nseg) load_step(s + 1, m_next, b_next);
+    const float* const Ss = s_tile[(s - 1) & 1];  // S(s)
+    float* const Sn = s_tile[s & 1];              // S(s + 1)
+    float part[kCombineColumns];
 #pragma unroll
-    for (int i = 0; i < rows; ++i) acc[i] = (i < K / kCombineRowGroups) ? Bs[(group + kCombineRowGroups * i) * kCombineColumns + c] : 0.f;
-    for (int k = 0; k < K; k += 4) {
-      const float s0 = Ss[k * kCombineColumns + c], s1 = Ss[(k + 1) * kCombineColumns + c];
-      const float s2 = Ss[(k + 2) * kCombineColumns + c], s3 = Ss[(k + 3) * kCombineColumns + c];
+    for (int c = 0; c < kCombineColumns; ++c) part[c] = 0.f;
 #pragma unroll
-      for (int i = 0; i < rows; ++i) {
-        if (i < K / kCombineRowGroups) {
-          const float4 m = *reinterpret_cast<const float4*>(Ms + (group + kCombineRowGroups * i) * ldm + k);
-          acc[i] = fmaf(m.x, s0, acc[i]);
-          acc[i] = fmaf(m.y, s1, acc[i]);
-          acc[i] = fmaf(m.z, s2, acc[i]);
-          acc[i] = fmaf(m.w, s3, acc[i]);
+    for (int i = 0; i < kCombinePieces; ++i) {
+      if (i < pieces) {
+        const int k = 4 * (2 * i + half);
+        const float mk[4] = {m_now[i].x, m_now[i].y, m_now[i].z, m_now[i].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float4 lo = *reinterpret_cast<const float4*>(Ss + (k + e) * kCombineColumns);
+          const float4 hi = *reinterpret_cast<const float4*>(Ss + (k + e) * kCombineColumns + 4);
+          part[0] = fmaf(mk[e], lo.x, part[0]);
+          part[1] = fmaf(mk[e], lo.y, part[1]);
+          part[2] = fmaf(mk[e], lo.z, part[2]);
+          part[3] = fmaf(mk[e], lo.w, part[3]);
+          part[4] = fmaf(mk[e], hi.x, part[4]);
+          part[5] = fmaf(mk[e], hi.y, part[5]);
+          part[6] = fmaf(mk[e], hi.z, part[6]);
+          part[7] = fmaf(mk[e], hi.w, part[7]);
         }
       }
     }
-    // S(s + 1) over B_s in the workspace (the output pass reads it) and for the next step.
-    float* const b = record(s) + K + ct * kCombineColumns + c;
+    // Half 0 keeps columns 0-3 and half 1 columns 4-7: each sends the other the partial sums
+    // of the other's columns. Both add (half 0's + half 1's) in that order.
+    float out[4];
 #pragma unroll
-    for (int i = 0; i < rows; ++i)
-      if (i < K / kCombineRowGroups) {
-        b[std::int64_t(group + kCombineRowGroups * i) * W] = acc[i];
-        Sn[(group + kCombineRowGroups * i) * kCombineColumns + c] = acc[i];
-      }
-    __syncthreads();  // reads of this step's buffers done; S(s + 1) complete
+    for (int c = 0; c < 4; ++c) {
+      const float mine = part[4 * half + c];
+      const float theirs = __shfl_xor_sync(0xffffffffu, part[4 * (half ^ 1) + c], 1);
+      out[c] = half == 0 ? mine + theirs : theirs + mine;
+    }
+    if (active) {
+      const float4 next = make_float4(out[0] + b_now.x, out[1] + b_now.y, out[2] + b_now.z, out[3] + b_now.w);
+      // S(s + 1) over B_s in the workspace (the output pass reads it) and for the next step.
+      *reinterpret_cast<float4*>(record(s) + std::int64_t(row) * W + column0) = next;
+      *reinterpret_cast<float4*>(Sn + row * kCombineColumns + 4 * half) = next;
+    }
+    __syncthreads();  // S(s + 1) complete; S(s) no longer read (it is step s + 1's output tile)
+#pragma unroll
+    for (int i = 0; i < kCombinePieces; ++i) m_now[i] = m_next[i];
+    b_now = b_next;
   }
-  cp_async_wait_all();
-}
-inline std::size_t combine_shared_bytes(int K) {
-  return (2 * std::size_t(K) * (K + 4) + 4 * std::size_t(K) * kCombineColumns) * sizeof(float);
 }
 
 // ----- the prepass --------------------------------------------------------------------------
@@ -1629,9 +1633,6 @@ struct Instance {
     if (code == cudaSuccess)
       code = cudaFuncSetAttribute(chunked_prepare<E, KP, 1>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared));
-    if (code == cudaSuccess)
-      code = cudaFuncSetAttribute(chunked_combine<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(combine_shared_bytes(128)));
     if (code != cudaSuccess) return code;
     configured = true;
     return cudaSuccess;
@@ -1661,8 +1662,7 @@ struct Instance {
             params.segments * params.HV * (std::int64_t(params.affine_tiles) + params.value_tiles);
         affine_forward()<<<static_cast<unsigned>(affine_blocks), kThreads, FA::bytes, stream>>>(params);
         const std::int64_t combine_blocks = std::int64_t(params.N) * params.HV * (params.V / kCombineColumns);
-        chunked_combine<E><<<static_cast<unsigned>(combine_blocks), kCombineThreads, combine_shared_bytes(params.K),
-                             stream>>>(params);
+        chunked_combine<E><<<static_cast<unsigned>(combine_blocks), kCombineThreads, 0, stream>>>(params);
       }
     }
     if (params.chunk_offsets)
