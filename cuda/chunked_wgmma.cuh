@@ -458,10 +458,12 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
   __syncthreads();  // barriers initialised, V zeroed, before any copy
   // Q, K (into Kdst) and V of the 64 tokens from `start`.
   // The tensor copies of Q, K and V of the 64 tokens from `token` into the given tiles.
+  // The affine pass has no O products: it copies no Q (q_copies) and no P (issue_record_p).
+  constexpr unsigned q_copies = outputs ? 2u : 1u;  // Q and K, or K alone
   auto tensor_boxes = [&](E* Qdst, E* Kdst, E* Vdst, int token, std::uint64_t* full) {
 #pragma unroll
     for (int slab = 0; slab < KP / 64; ++slab) {
-      bulk::tensor_load_3d(Qdst + slab * 64 * kC, &p.tmap_q, 64 * slab, h, token, full);
+      if constexpr (outputs) bulk::tensor_load_3d(Qdst + slab * 64 * kC, &p.tmap_q, 64 * slab, h, token, full);
       bulk::tensor_load_3d(Kdst + slab * 64 * kC, &p.tmap_k, 64 * slab, h, token, full);
     }
     if (!transition)
@@ -472,7 +474,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
   auto issue_loads = [&](std::int64_t start, E* Kdst) {
     if (tid != 0) return;
     bulk::fence_proxy_async();  // this thread's zeroing of the buffers' tail rows, before they are overwritten
-    bulk::arrive_expect_tx(full_qkv, unsigned(2 * L::q_bytes + (transition ? 0 : L::v_bytes)));
+    bulk::arrive_expect_tx(full_qkv, unsigned(q_copies * L::q_bytes + (transition ? 0 : L::v_bytes)));
     tensor_boxes(Qs, Kdst, Vs, static_cast<int>(start), full_qkv);
   };
   // Rows [c, 64) of a swizzled tile of `bytes` (rows of row_bytes per slab, slabs of 64 rows),
@@ -497,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     bulk::bulk_load(W + L::w_off_scalar, record_src(chunk) + R::rec_scalar, scalar_bytes, full_t);
   };
   auto issue_record_p = [&](std::int64_t chunk) {
-    if (tid != 0) return;
+    if (!outputs || tid != 0) return;
     bulk::arrive_expect_tx(full_p, unsigned(L::c_bytes));
     bulk::bulk_load(W + L::w_off_p, record_src(chunk) + R::rec_p, unsigned(L::c_bytes), full_p);
   };
@@ -509,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     const int b = index & 1;
     std::uint64_t* const full = full_qkv + b;
     bulk::fence_proxy_async();
-    bulk::arrive_expect_tx(full, unsigned(2 * L::q_bytes + (transition ? 0 : L::v_bytes) + R::record_bytes));
+    bulk::arrive_expect_tx(full, unsigned(q_copies * L::q_bytes + (transition ? 0 : L::v_bytes) + R::record_bytes));
     tensor_boxes(reinterpret_cast<E*>(smem + L::off_q + b * L::q_slot), b ? Ks1 : Ks0,
                  reinterpret_cast<E*>(smem + L::off_v + b * L::v_slot), static_cast<int>(bos + std::int64_t(index) * kC),
                  full);
@@ -724,7 +726,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     if constexpr (dephase) {
       wg::sync(group);  // Vnew, Vnew_d written (this warpgroup); P came with the rest
     } else {
-      bulk::wait(full_p, parity);  // the chunk's P
+      if constexpr (outputs) bulk::wait(full_p, parity);  // the chunk's P
       __syncthreads();  // Vnew, Vnew_d written (this warpgroup); P landed (every thread's share)
     }
     GDN_PHASE(12);
