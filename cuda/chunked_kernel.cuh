@@ -714,7 +714,10 @@ __device__ __forceinline__ SegmentPlace locate_segment(const ChunkedParams& p, s
 // steps at H2 HV8). Here each row of the tile belongs to two threads of one warp, each holding
 // half of M_s's row (interleaved pieces of 4 columns, at most 64 floats) in registers, loaded
 // from global memory a whole step before use; the step is then 512 FMAs a thread at K 128 with
-// S(s) read from shared memory as broadcasts, one shuffle, and one barrier.
+// S(s) read from shared memory as broadcasts, four shuffles, and one barrier.
+// S tiles in shared memory: rows of 8 floats (32 bytes), so rows k and k + 4 share banks; the
+// two 4-column halves of rows with bit 2 set are swapped (s_slot), so that in each load the
+// half-0 threads (rows with bit 2 clear) and half-1 threads (bit 2 set) use different banks.
 //
 // Order of every element's sum, fixed: each thread's half in increasing k (pieces h, h + 2, ...
 // of 4 columns), then (half 0 + half 1) + B_s. It depends on nothing but K: deterministic, and a
@@ -724,7 +727,9 @@ constexpr int kCombineThreads = 256, kCombineColumns = 8;
 constexpr int kCombinePieces = 128 / 4 / 2;  // a thread's pieces of 4 columns of M's row (K <= 128)
 template <class E>
 __global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const ChunkedParams p) {
-  __shared__ __align__(16) float s_tile[2][128 * kCombineColumns];  // S(s) and S(s + 1): [k][column]
+  __shared__ __align__(16) float s_tile[2][128 * kCombineColumns];  // S(s) and S(s + 1): [k][column], s_slot
+  // Where columns [4 g, 4 g + 4) of row r sit in its 8 floats.
+  auto s_slot = [](int r, int g) { return r * kCombineColumns + 4 * (g ^ ((r >> 2) & 1)); };
   const int K = p.K, W = p.K + p.V;
   const int tiles = p.V / kCombineColumns;
   const int ct = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles));
@@ -741,8 +746,8 @@ __global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const Chun
   const int column0 = K + ct * kCombineColumns + 4 * half;  // this thread's 4 columns of B
   const std::int64_t rec_elems = std::int64_t(K) * W;
   auto record = [&](std::int64_t s) { return p.ws_affine + ((u0 + s) * p.HV + j) * rec_elems; };
-  // This thread's half row of M_s and its 4 columns of B_s, into registers (plain loads: the
-  // block overwrites B, and ld.global.nc would not see that).
+  // This thread's half row of M_s and its 4 columns of B_s, into registers (plain loads:
+  // ld.global.nc needs memory that stays read-only for the whole kernel, and B is written).
   auto load_step = [&](std::int64_t s, float4 (&m)[kCombinePieces], float4& b) {
     if (!active) return;
     const float* const src = record(s) + std::int64_t(row) * W;
@@ -758,7 +763,7 @@ __global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const Chun
   // S(1) = B_0's columns; step 1's M and B.
   if (active) {
     const float4 b0 = *reinterpret_cast<const float4*>(record(0) + std::int64_t(row) * W + column0);
-    *reinterpret_cast<float4*>(&s_tile[0][row * kCombineColumns + 4 * half]) = b0;
+    *reinterpret_cast<float4*>(&s_tile[0][s_slot(row, half)]) = b0;
   }
   load_step(1, m_now, b_now);
   __syncthreads();
@@ -777,8 +782,9 @@ __global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const Chun
         const float mk[4] = {m_now[i].x, m_now[i].y, m_now[i].z, m_now[i].w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float4 lo = *reinterpret_cast<const float4*>(Ss + (k + e) * kCombineColumns);
-          const float4 hi = *reinterpret_cast<const float4*>(Ss + (k + e) * kCombineColumns + 4);
+          // Bit 2 of row k + e is `half` (k = 4 (2 i + half)): columns 0-3 are in slot half.
+          const float4 lo = *reinterpret_cast<const float4*>(Ss + (k + e) * kCombineColumns + 4 * half);
+          const float4 hi = *reinterpret_cast<const float4*>(Ss + (k + e) * kCombineColumns + 4 * (half ^ 1));
           part[0] = fmaf(mk[e], lo.x, part[0]);
           part[1] = fmaf(mk[e], lo.y, part[1]);
           part[2] = fmaf(mk[e], lo.z, part[2]);
@@ -791,19 +797,20 @@ __global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const Chun
       }
     }
     // Half 0 keeps columns 0-3 and half 1 columns 4-7: each sends the other the partial sums
-    // of the other's columns. Both add (half 0's + half 1's) in that order.
+    // of the other's columns. Each adds half 0's and half 1's (the same bits either way round:
+    // an fp32 sum is commutative).
     float out[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const float mine = part[4 * half + c];
       const float theirs = __shfl_xor_sync(0xffffffffu, part[4 * (half ^ 1) + c], 1);
-      out[c] = half == 0 ? mine + theirs : theirs + mine;
+      out[c] = mine + theirs;
     }
     if (active) {
       const float4 next = make_float4(out[0] + b_now.x, out[1] + b_now.y, out[2] + b_now.z, out[3] + b_now.w);
       // S(s + 1) over B_s in the workspace (the output pass reads it) and for the next step.
       *reinterpret_cast<float4*>(record(s) + std::int64_t(row) * W + column0) = next;
-      *reinterpret_cast<float4*>(Sn + row * kCombineColumns + 4 * half) = next;
+      *reinterpret_cast<float4*>(Sn + s_slot(row, half)) = next;
     }
     __syncthreads();  // S(s + 1) complete; S(s) no longer read (it is step s + 1's output tile)
 #pragma unroll

@@ -173,7 +173,9 @@ ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int mult
   //     ceil(K / BV) transition tiles but for segment 0) in waves of resident blocks, each a
   //     chain of split chunks, at 0.8 of a chunk's cost (no O products, no O stores);
   //   combine: a step of about 9.4 us (260 units) per segment of the longest sequence (ncu at
-  //     H2 HV8, 3dd6a39: 132 us for 14 steps).
+  //     H2 HV8, 3dd6a39: 132 us for 14 steps). That was the combine with M in shared memory;
+  //     the register combine (branch combine-registers) is not measured yet: re-measure it
+  //     (ms_combine at H2 HV8, splits 16/32/64) and set this constant from it.
   ChunkedPlan best;
   const std::vector<int> candidates = tile_candidates(p);
   if (candidates.empty()) return best;
