@@ -7,7 +7,9 @@
 //   cuda_chunked_accuracy judge DIR PEER_DIR OUT.json
 //       runs this kernel on each case of DIR, reads the peer's outputs from PEER_DIR (same file
 //       names; missing files are reported as missing), and writes, per case, the rel_rms and
-//       max_abs of o and hT of this kernel, of the peer and of the fp32 chunked emulation, all
+//       max_abs of o and hT of this kernel (and, for bf16 / fp16, of its ChunkedRounding::single
+//       mode and of that design's CPU model, model.chunked.single), of the peer and of the fp32
+//       chunked emulation, all
 //       against the exact outputs, with device, date, commit (GDN_COMMIT) and command
 //       (GDN_COMMAND), atomically.
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include "oracle/case_file.hpp"
 #include "oracle/metrics.hpp"
 #include "reference/emulate.hpp"
+#include "reference/operand_model.hpp"
 #include "reference/sequential.hpp"
 
 using namespace gdn;
@@ -101,6 +104,9 @@ int write_cases(const std::string& dir) {
 
 int judge(const std::string& dir, const std::string& peer_dir, const std::string& out_path) {
   cuda::ChunkedPrefillKernel kernel;
+  cuda::ChunkedOptions single_options;
+  single_options.rounding = cuda::ChunkedRounding::single;
+  cuda::ChunkedPrefillKernel single(single_options);
   json report;
   cudaDeviceProp prop{};
   if (cuda::device_available() && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) report["device"] = prop.name;
@@ -124,6 +130,11 @@ int judge(const std::string& dir, const std::string& peer_dir, const std::string
     entry["problem"] = p.describe();
     entry["emulation_chunked_fp32"] = metrics_json(p, in, exact, emulation);
     entry["gdn.cuda.chunked_prefill"] = metrics_json(p, in, exact, kernel.run(p, in));
+    if (single.supports(p, nullptr)) {
+      entry["gdn.cuda.chunked_prefill.single"] = metrics_json(p, in, exact, single.run(p, in));
+      entry["model.chunked.single"] =
+          metrics_json(p, in, exact, reference::emulate_operands(p, in, reference::OperandRounding::single));
+    }
     const std::string peer_path = peer_dir + "/" + c.name + ".safetensors";
     if (std::filesystem::exists(peer_path)) {
       const oracle::CaseFile peer = oracle::read_case_file(peer_path);

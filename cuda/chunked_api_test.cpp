@@ -77,7 +77,8 @@ void require_rejected(const Problem& p, const std::string& argument, const Chunk
   // A problem rule (not an option's) also makes chunked_prefill_supports say no.
   if (options.value_tile == 0 && options.debug == nullptr && options.workspace == nullptr &&
       options.workspace_bytes == 0 && options.split_chunks == ChunkedOptions{}.split_chunks &&
-      options.long_value_tile == ChunkedOptions{}.long_value_tile && options.long_above_chunks == 0) {
+      options.long_value_tile == ChunkedOptions{}.long_value_tile && options.long_above_chunks == 0 &&
+      options.rounding == ChunkedOptions{}.rounding) {
     std::string why;
     CHECK_FALSE(chunked_prefill_supports(p, &why));
     CHECK(why.find(argument) == 0);
@@ -170,6 +171,41 @@ TEST_CASE("chunked api: value tile and debug options are checked", "[chunked][ap
   ChunkedOptions debug;
   debug.debug = &partial;
   require_rejected(base(), "debug", debug);
+}
+
+TEST_CASE("chunked api: single rounding: named, bf16/fp16 only, not with the debug trace", "[chunked][api]") {
+  CHECK(ChunkedOptions{}.rounding == ChunkedRounding::split);  // the default stays the accurate design
+  ChunkedOptions single;
+  single.rounding = ChunkedRounding::single;
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    Problem p = base();
+    p.input_dtype = dtype;
+    FakeTensors f(p);
+    CHECK_NOTHROW(validate_chunked_prefill(p, f.t, single));
+    ChunkedOptions split_too = single;  // with the sequence split and with two V tiles
+    split_too.split_chunks = 1;
+    CHECK_NOTHROW(validate_chunked_prefill(p, f.t, split_too));
+  }
+  Problem f32 = base();
+  f32.input_dtype = DType::f32;
+  require_rejected(f32, "rounding", single);
+  {
+    FakeTensors f(f32);
+    CHECK_NOTHROW(validate_chunked_prefill(f32, f.t, ChunkedOptions{}));
+  }
+  ChunkedDebug partial;
+  ChunkedOptions traced = single;
+  traced.debug = &partial;
+  require_rejected(base(), "rounding", traced);
+  ChunkedOptions bad;
+  bad.rounding = static_cast<ChunkedRounding>(7);
+  require_rejected(base(), "rounding", bad);
+  // Same plan as split: the rounding changes the kernel's products, not its tiles or split.
+  const Problem p = base();
+  const ChunkedPlan a = chunked_plan(p, ChunkedOptions{}, 132), b = chunked_plan(p, single, 132);
+  CHECK(a.value_tile == b.value_tile);
+  CHECK(a.split_chunks == b.split_chunks);
+  CHECK(a.long_value_tile == b.long_value_tile);
 }
 
 TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[chunked][api]") {

@@ -198,6 +198,24 @@ void BM_chunked(benchmark::State& state) {
 // plan takes them). combine_chunked.py quotes these rows as ours.
 void BM_chunked_default(benchmark::State& state) { run_chunked(state, ChunkedOptions{}); }
 
+// ChunkedRounding::single (every computed operand rounded once, as fla's kernels do), else the
+// defaults: combine_chunked.py quotes these rows as ours_single beside the default rows.
+void BM_chunked_single(benchmark::State& state) {
+  ChunkedOptions options;
+  options.rounding = ChunkedRounding::single;
+  run_chunked(state, options);
+}
+// Single rounding with a given tile and split (0: unsplit), one V tile: where its shorter
+// chain moves the best configuration of the long sequences.
+void BM_chunked_single_at(benchmark::State& state) {
+  ChunkedOptions options;
+  options.rounding = ChunkedRounding::single;
+  options.value_tile = static_cast<int>(state.range(1));
+  options.split_chunks = static_cast<int>(state.range(2));
+  options.long_value_tile = -1;
+  run_chunked(state, options);
+}
+
 // Two V tiles, unsplit: long_value_tile 0 (the plan's choice) or forced with long_above and the
 // value tile of the others (0: automatic).
 void BM_chunked_two_tiles(benchmark::State& state) {
@@ -318,6 +336,25 @@ void arguments(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_chunked_default)
     ->ArgNames({"shape"})
     ->DenseRange(0, static_cast<int>(shapes().size()) - 1)
+    ->UseManualTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_chunked_single)
+    ->ArgNames({"shape"})
+    ->DenseRange(0, static_cast<int>(shapes().size()) - 1)
+    ->UseManualTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+// 1 x 32768 (shape 1) and H2 HV8 1 x 32768 (shape 3) at other tiles and splits.
+BENCHMARK(BM_chunked_single_at)
+    ->ArgNames({"shape", "value_tile", "split"})
+    ->Args({1, 16, 0})
+    ->Args({1, 64, 0})
+    ->Args({1, 128, 128})
+    ->Args({3, 16, 0})
+    ->Args({3, 32, 0})
+    ->Args({3, 128, 16})
+    ->Args({3, 128, 64})
     ->UseManualTime()
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);

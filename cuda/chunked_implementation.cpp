@@ -124,6 +124,7 @@ std::string ChunkedPrefillKernel::name() const {
   if (options_.split_chunks == kChunkedSplitAuto) n += ".split_auto";
   // kChunkedSplitByHeads is the default (no suffix, as before it was); an explicit 0 is named.
   if (options_.split_chunks == 0) n += ".unsplit";
+  if (options_.rounding == ChunkedRounding::single) n += ".single";
   if (cu_seqlens_type_ == IndexType::i64) n += ".cu64";
   return n;
 }
@@ -141,6 +142,10 @@ bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) co
   }
   if (options_.split_chunks > 0 && problem.input_dtype == DType::f32) {
     if (why) *why = "the sequence split runs on the bf16/fp16 kernel only";
+    return false;
+  }
+  if (options_.rounding == ChunkedRounding::single && problem.input_dtype == DType::f32) {
+    if (why) *why = "single rounding is for bf16/fp16 inputs (the fp32 kernel has no tensor-core operands)";
     return false;
   }
   if (options_.long_value_tile > 0 &&

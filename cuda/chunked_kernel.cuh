@@ -1582,19 +1582,23 @@ struct Instance {
     else
       return F::bytes;
   }();
+  // kSingle: ChunkedRounding::single (bf16 / fp16 only; fp32 has one kernel, and the host
+  // rejects single rounding for it).
+  template <bool kSingle = false>
   static constexpr auto forward() {
     if constexpr (transposed)
-      return &chunked_forward_wgt<E, KP, BV>;
+      return &chunked_forward_wgt<E, KP, BV, kSingle>;
     else if constexpr (Elem<E>::tensor)
-      return &chunked_forward_wg<E, KP, BV>;
+      return &chunked_forward_wg<E, KP, BV, WgMode::output, kSingle>;
     else
       return &chunked_forward<E, KP, BV>;
   }
   // The sequence split's affine pass and the debug mode (bf16/fp16: instances of their own;
   // fp32's one kernel does both of its modes and has no split).
+  template <bool kSingle = false>
   static constexpr auto affine_forward() {
     if constexpr (Elem<E>::tensor)
-      return &chunked_forward_wg<E, KP, BV, WgMode::affine>;
+      return &chunked_forward_wg<E, KP, BV, WgMode::affine, kSingle>;
     else
       return &chunked_forward<E, KP, BV>;
   }
@@ -1613,6 +1617,18 @@ struct Instance {
     if (configured) return cudaSuccess;
     cudaError_t code = cudaFuncSetAttribute(forward(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(output_bytes));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(forward<true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(output_bytes));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(affine_forward<true>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(FA::bytes));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(affine_forward<true>(), cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
+    if (code == cudaSuccess)
+      code = cudaFuncSetAttribute(forward<true>(), cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared));
     if (code == cudaSuccess)
       code = cudaFuncSetAttribute(debug_forward(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(F::bytes));
@@ -1667,7 +1683,8 @@ struct Instance {
       if (params.split_chunks > 0) {
         const std::int64_t affine_blocks =
             params.segments * params.HV * (std::int64_t(params.affine_tiles) + params.value_tiles);
-        affine_forward()<<<static_cast<unsigned>(affine_blocks), kThreads, FA::bytes, stream>>>(params);
+        (params.single_rounding ? affine_forward<true>() : affine_forward<false>())<<<
+            static_cast<unsigned>(affine_blocks), kThreads, FA::bytes, stream>>>(params);
         const std::int64_t combine_blocks = std::int64_t(params.N) * params.HV * (params.V / kCombineColumns);
         chunked_combine<E><<<static_cast<unsigned>(combine_blocks), kCombineThreads, 0, stream>>>(params);
       }
@@ -1675,7 +1692,8 @@ struct Instance {
     if (params.chunk_offsets)
       debug_forward()<<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
     else
-      forward()<<<static_cast<unsigned>(blocks), kThreads, output_bytes, stream>>>(params);
+      (params.single_rounding ? forward<true>() : forward<false>())<<<static_cast<unsigned>(blocks), kThreads,
+                                                                     output_bytes, stream>>>(params);
   }
 };
 

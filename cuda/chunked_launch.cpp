@@ -324,6 +324,14 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
                              ", got " + str(options.value_tile));
     }
   }
+  if (options.rounding != ChunkedRounding::split && options.rounding != ChunkedRounding::single)
+    fail("rounding", "must be ChunkedRounding::split or ChunkedRounding::single, got " +
+                         str(static_cast<int>(options.rounding)));
+  if (options.rounding == ChunkedRounding::single && problem.input_dtype == DType::f32)
+    fail("rounding", "single rounding is for bf16/fp16 inputs (the fp32 kernel has no tensor-core operands); fp32 "
+                     "inputs need ChunkedRounding::split");
+  if (options.rounding == ChunkedRounding::single && options.debug)
+    fail("rounding", "the debug intermediates trace the split design only; use ChunkedRounding::split with debug");
   if (options.debug) {
     const ChunkedDebug& d = *options.debug;
     if (!d.chunk_offsets || !d.A || !d.T || !d.Vnew || !d.S0 || !d.S_end)
@@ -492,6 +500,7 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   r.gate_type = static_cast<int>(element_type(p.gate_dtype));
   r.value_tiles = p.V / value_tile;
   r.split_chunks = plan.split_chunks;
+  r.single_rounding = options.rounding == ChunkedRounding::single ? 1 : 0;
   r.affine_tiles = (p.K + value_tile - 1) / value_tile;
   r.segments = plan.segments;
   if (options.debug) {

@@ -33,6 +33,7 @@ struct ChunkedParams {
   int has_h0, has_hT, l2norm, fused_gates, negative_eigenvalues;
   int gate_type;    // ElementType of g/beta or a/b
   int value_tiles;  // V / value tile
+  int single_rounding;  // ChunkedRounding::single: the host launches the kSingle instances
 
   // Debug mode (all null when off): per-chunk intermediates, chunk index = chunk_offsets[n] + i.
   const std::int64_t* chunk_offsets;  // [N]

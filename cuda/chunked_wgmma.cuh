@@ -330,9 +330,16 @@ struct WgPlan {
 // per-chunk intermediates (its address arithmetic, even never executed, cost the BV 128
 // instance 80 bytes of spills in the chunk loop).
 enum class WgMode { output, affine, debug };
-template <class E, int KP, int BV, WgMode kMode = WgMode::output>
+// kSingle (ChunkedRounding::single, the output and affine modes only): every computed operand
+// enters its product once, rounded to the input dtype (its hi part): no lo pass of S0, X, T,
+// Vnew or Vnew_d. 32 wgmma a warpgroup per chunk at K 128 instead of 60, 20 of them on the
+// state's chain instead of 44: the rounding design of reference::emulate_operands(single) and of
+// kernels that single-round their operands (fla's among them). The lo tiles are still written
+// (the shared-memory plan is the split one's); nothing reads them.
+template <class E, int KP, int BV, WgMode kMode = WgMode::output, bool kSingle = false>
 __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::affine>::min_blocks)
     chunked_forward_wg(const __grid_constant__ ChunkedParams p) {
+  static_assert(!kSingle || kMode != WgMode::debug, "the debug mode traces the split design only");
   using L = WgPlan<E, KP, BV, kMode == WgMode::affine>;
   using R = typename L::Rec;
   using E2 = std::conditional_t<std::is_same_v<E, __half>, __half2, __nv_bfloat162>;
@@ -615,8 +622,9 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) wg::mma_ss(X, wg::a_desc_sw128(Kc, ks), wg::b_desc<NW>(Shi, ks), E{});
+      if constexpr (!kSingle)
 #pragma unroll
-      for (int ks = 0; ks < KS; ++ks) wg::mma_ss(X, wg::a_desc_sw128(Kc, ks), wg::b_desc<NW>(Slo, ks), E{});
+        for (int ks = 0; ks < KS; ++ks) wg::mma_ss(X, wg::a_desc_sw128(Kc, ks), wg::b_desc<NW>(Slo, ks), E{});
       wg::commit();
       wg::wait_all();
       wg::fence_operand(X);
@@ -670,10 +678,12 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
       wg::fence();
 #pragma unroll
       for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tc, ks), wg::b_desc<NW>(Xhi, ks), E{});
+      if constexpr (!kSingle) {
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tc, ks), wg::b_desc<NW>(Xlo, ks), E{});
+        for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tc, ks), wg::b_desc<NW>(Xlo, ks), E{});
 #pragma unroll
-      for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tloc, ks), wg::b_desc<NW>(Xhi, ks), E{});
+        for (int ks = 0; ks < CS; ++ks) wg::mma_ss(Vacc, wg::a_desc_sw128(Tloc, ks), wg::b_desc<NW>(Xhi, ks), E{});
+      }
       wg::commit();
       GDN_PHASE(7);
       wg::wait_all();
@@ -754,15 +764,16 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
       for (int mh = 0; mh < MH; ++mh) {
 #pragma unroll
         for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdhi, ks), E{});
+        if constexpr (!kSingle)
 #pragma unroll
-        for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdlo, ks), E{});
+          for (int ks = 0; ks < CS; ++ks) wg::mma_rs(S[mh], akt[ks][mh], wg::b_desc<NW>(Vdlo, ks), E{});
       }
       wg::commit();
       if constexpr (outputs) {
 #pragma unroll
         for (int ks = 0; ks < CS; ++ks) {
           wg::mma_ss(O, wg::a_desc_sw128(Pc, ks), wg::b_desc<NW>(Vn, ks), E{});
-          if constexpr (L::split_pv) wg::mma_ss(O, wg::a_desc_sw128(Pc, ks), wg::b_desc<NW>(Vnlo, ks), E{});
+          if constexpr (L::split_pv && !kSingle) wg::mma_ss(O, wg::a_desc_sw128(Pc, ks), wg::b_desc<NW>(Vnlo, ks), E{});
         }
       }
       wg::commit();

@@ -150,7 +150,9 @@ struct WgtPlan {
   static constexpr int min_blocks = 1;
 };
 
-template <class E, int KP, int BV>
+// kSingle: ChunkedRounding::single, as chunked_forward_wg's (no lo pass; the lo fragments are
+// then never computed).
+template <class E, int KP, int BV, bool kSingle = false>
 __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_constant__ ChunkedParams p) {
   using L = WgtPlan<E, KP, BV>;
   using R = typename L::Rec;
@@ -299,8 +301,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) wgt::mma_k(X, s_hi[ks], wg::a_desc_sw128(Kc, ks));
+    if constexpr (!kSingle)
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks) wgt::mma_k(X, s_lo[ks], wg::a_desc_sw128(Kc, ks));
+      for (int ks = 0; ks < KS; ++ks) wgt::mma_k(X, s_lo[ks], wg::a_desc_sw128(Kc, ks));
     wg::commit();
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) wgt::mma_k(O, s_hi[ks], wg::a_desc_sw128(Qc, ks));  // S0 hi only (chunked_forward_wg)
@@ -348,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     wg::wait_all();
     wg::fence_operand(O);
     wgt::fence_operand(s_hi);
-    wgt::fence_operand(s_lo);
+    if constexpr (!kSingle) wgt::fence_operand(s_lo);
 
     // --- Vnew^T = X^T (T hi + T lo)^T: X hi T hi, X lo T hi, X hi T lo -------------------------
     const unsigned char* const Tc = Wc + L::w_off_t;
@@ -359,15 +362,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < CS; ++ks) wgt::mma_k(Vacc, x_hi[ks], wg::a_desc_sw128(Tc, ks));
+    if constexpr (!kSingle) {
 #pragma unroll
-    for (int ks = 0; ks < CS; ++ks) wgt::mma_k(Vacc, x_lo[ks], wg::a_desc_sw128(Tc, ks));
+      for (int ks = 0; ks < CS; ++ks) wgt::mma_k(Vacc, x_lo[ks], wg::a_desc_sw128(Tc, ks));
 #pragma unroll
-    for (int ks = 0; ks < CS; ++ks) wgt::mma_k(Vacc, x_hi[ks], wg::a_desc_sw128(Tloc, ks));
+      for (int ks = 0; ks < CS; ++ks) wgt::mma_k(Vacc, x_hi[ks], wg::a_desc_sw128(Tloc, ks));
+    }
     wg::commit();
     wg::wait_all();
     wg::fence_operand(Vacc);
     wgt::fence_operand(x_hi);
-    wgt::fence_operand(x_lo);
+    if constexpr (!kSingle) wgt::fence_operand(x_lo);
 
     // O's column scales e_start r_q (Q S0 is done); Vnew (hi + lo, for P Vnew) and
     // Vnew_d = e_end r_k Vnew (hi + lo, for the state update) as A fragments.
@@ -400,13 +405,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < CS; ++ks) wgt::mma_mn128(S, vd_hi[ks], wgt::b_desc_mn_sw128(Kc, ks));
+    if constexpr (!kSingle)
 #pragma unroll
-    for (int ks = 0; ks < CS; ++ks) wgt::mma_mn128(S, vd_lo[ks], wgt::b_desc_mn_sw128(Kc, ks));
+      for (int ks = 0; ks < CS; ++ks) wgt::mma_mn128(S, vd_lo[ks], wgt::b_desc_mn_sw128(Kc, ks));
     wg::commit();
 #pragma unroll
     for (int ks = 0; ks < CS; ++ks) {
       wgt::mma_k(O, vn[ks], wg::a_desc_sw128(Pc, ks));
-      wgt::mma_k(O, vn_lo[ks], wg::a_desc_sw128(Pc, ks));
+      if constexpr (!kSingle) wgt::mma_k(O, vn_lo[ks], wg::a_desc_sw128(Pc, ks));
     }
     wg::commit();
     wg::wait_all();
@@ -414,9 +420,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     for (int nk = 0; nk < NK; ++nk) asm volatile("" : "+f"(S[nk][0]), "+f"(S[nk][1]), "+f"(S[nk][2]), "+f"(S[nk][3])::"memory");
     wg::fence_operand(O);
     wgt::fence_operand(vn);
-    wgt::fence_operand(vn_lo);
+    if constexpr (!kSingle) wgt::fence_operand(vn_lo);
     wgt::fence_operand(vd_hi);
-    wgt::fence_operand(vd_lo);
+    if constexpr (!kSingle) wgt::fence_operand(vd_lo);
     // This warpgroup is done with the chunk's buffer: chunk index + 2 goes into it once the
     // other warpgroup is done too.
     wg::sync(group);

@@ -5,7 +5,7 @@
 # Phases (GDN_PHASES, default "TSBPA"), each under its own timeout so the whole call ends in
 # about 330 s:
 #   T  GPU suite (GDN_CASES random cases) -> conformance_chunked.json, tests.log
-#   S  compute-sanitizer memcheck, racecheck and initcheck on the trace, split, transposed BV 128
+#   S  compute-sanitizer memcheck, racecheck and initcheck on the trace, split, single-rounding, transposed BV 128
 #      and invariance (two V tiles on two streams) tests -> sanitize.log
 #   W  (background, during T and S) fla compiles and autotunes its kernels
 #   B  Google Benchmark of the chunked kernel (alone on the GPU) -> prefill.json
@@ -54,7 +54,7 @@ if [[ $PHASES == *S* ]]; then
   for tool in memcheck racecheck initcheck; do
     log "S: $tool"
     GDN_CASES=2 timeout ${GDN_SAN_TIMEOUT:-35} "$CS" --tool $tool --error-exitcode 9 $B/cuda_chunked_gpu_tests \
-      -r compact "[trace],[split],[transposed],[invariance]" > /tmp/san_$tool.log 2>&1
+      -r compact "[trace],[split],[transposed],[invariance],[single]" > /tmp/san_$tool.log 2>&1
     echo "$tool exit $?" >> /tmp/san_$tool.log
     { echo "---- $tool"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit|passed|failed|Invalid|hazard" /tmp/san_$tool.log | head -20;
       tail -30 /tmp/san_$tool.log; } >> "$OUT/sanitize.log"

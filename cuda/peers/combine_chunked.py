@@ -3,7 +3,8 @@
 rows (prefill.json: the default, automatic V tile without the sequence split, and where the
 benchmark ran it the automatic split, a named mode that is not batch invariant), fla's timed run (fla_chunk.json) and the accuracy judge
 (accuracy.json), matched by shape name; BM_chunked_default rows (ChunkedOptions{}) are ours where present,
-BM_chunked_two_tiles rows (the plan's two V tiles) and the one-tile unsplit rows beside them. Ratios only between files of the same call (the commits
+BM_chunked_two_tiles rows (the plan's two V tiles) and the one-tile unsplit rows beside them,
+BM_chunked_single rows (ChunkedRounding::single, a named mode) as ours_single. Ratios only between files of the same call (the commits
 must agree). Written atomically.
 
 usage: combine_chunked.py PREFILL_JSON FLA_JSON ACCURACY_JSON OUT_JSON [--accuracy-call NOTE]
@@ -23,7 +24,7 @@ def main(argv):
     commit = prefill["context"].get("COMMIT") or prefill["context"].get("commit")
     if fla.get("commit") != commit:
         sys.exit(f"prefill.json is commit {commit}, fla_chunk.json {fla.get('commit')}: not the same call")
-    ours, unsplit, split, two = {}, {}, {}, {}
+    ours, unsplit, split, two, single = {}, {}, {}, {}, {}
     has_default = any(b["name"].startswith("BM_chunked_default/") for b in prefill["benchmarks"])
     for b in prefill["benchmarks"]:
         name = b["name"]
@@ -39,6 +40,8 @@ def main(argv):
             unsplit[b.get("label", name)] = b
         if "/value_tile:0/split:-1/" in name:  # kChunkedSplitAuto
             split[b.get("label", name)] = b
+        if name.startswith("BM_chunked_single/"):
+            single[b.get("label", name)] = b
         # The plan's two V tiles (older files: the row has only the shape argument).
         if name.startswith("BM_chunked_two_tiles/") and ("/long_value_tile:0/" in name or "/long_value_tile:" not in name):
             two[b.get("label", name)] = b
@@ -62,6 +65,10 @@ def main(argv):
                           "two_tiles_long_value_tile": w.get("long_value_tile"),
                           "two_tiles_long_above_chunks": w.get("long_above_chunks"),
                           "two_tiles_value_tile": w.get("value_tile")})
+        g = single.get(r["name"])
+        if g is not None:
+            extra.update({"ours_single_ms": g["ms"], "speed_vs_fla_single": r["ms"] / g["ms"],
+                          "single_value_tile": g.get("value_tile"), "single_split_chunks": g.get("split_chunks")})
         rows.append({
             "shape": r["name"], "T": r["T"], "H": r["H"], "HV": r["HV"], "sequences": r["sequences"],
             "ours_ms": b["ms"], "fla_ms": r["ms"], "speed_vs_fla": r["ms"] / b["ms"],
@@ -94,6 +101,8 @@ def main(argv):
             line += f"  split auto {r['ours_split_auto_ms']:.3f} ms ({r['speed_vs_fla_split_auto']:.2f}x)"
         if "ours_two_tiles_ms" in r:
             line += f"  two tiles {r['ours_two_tiles_ms']:.3f} ms ({r['speed_vs_fla_two_tiles']:.2f}x)"
+        if "ours_single_ms" in r:
+            line += f"  single rounding {r['ours_single_ms']:.3f} ms ({r['speed_vs_fla_single']:.2f}x)"
         print(line)
 
 
