@@ -340,6 +340,14 @@ template <class E, int KP, int BV, WgMode kMode = WgMode::output, bool kSingle =
 __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::affine>::min_blocks)
     chunked_forward_wg(const __grid_constant__ ChunkedParams p) {
   static_assert(!kSingle || kMode != WgMode::debug, "the debug mode traces the split design only");
+  // A computed B operand into shared memory: hi + lo, or (single rounding) hi alone; the lo
+  // tiles are then neither written nor read.
+  auto store_operand = [](E* hi, E* lo, float x0, float x1) {
+    if constexpr (kSingle)
+      store_hi(hi, x0, x1);
+    else
+      store_split(hi, lo, x0, x1);
+  };
   using L = WgPlan<E, KP, BV, kMode == WgMode::affine>;
   using R = typename L::Rec;
   using E2 = std::conditional_t<std::is_same_v<E, __half>, __half2, __nv_bfloat162>;
@@ -431,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
   auto write_state_operand = [&]() {
     for_each_state([&](int r, int c, float& x0, float& x1) {
       const int at = wg::blocked<NW>(r, c);
-      store_split(Shi + at, Slo + at, x0, x1);
+      store_operand(Shi + at, Slo + at, x0, x1);
     });
     wg::fence_async_shared();
   };
@@ -662,7 +670,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
           const float2 vf = wg::to_float2(v[nt][half]);
           const float x0 = beta[half] * (vf.x - w * X[nt][2 * half]);
           const float x1 = beta[half] * (vf.y - w * X[nt][2 * half + 1]);
-          store_split(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
+          store_operand(Xhi + wg::blocked<NW>(i, col), Xlo + wg::blocked<NW>(i, col), x0, x1);
         }
     }
     GDN_PHASE(4);
@@ -723,11 +731,11 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
           const float x0 = Vacc[nt][2 * half], x1 = Vacc[nt][2 * half + 1];
           const int at = wg::blocked<NW>(i, col);
           if constexpr (L::split_pv)
-            store_split(Vn + at, Vnlo + at, x0, x1);
+            store_operand(Vn + at, Vnlo + at, x0, x1);
           else
             store2(Vn + at, x0, x1);
           const float w = e_end[half] * r_k[half];
-          store_split(Vdhi + at, Vdlo + at, w * x0, w * x1);
+          store_operand(Vdhi + at, Vdlo + at, w * x0, w * x1);
           if (dv) *reinterpret_cast<float2*>(dv + static_cast<std::int64_t>(i) * p.V + col) = make_float2(x0, x1);
         }
     }
