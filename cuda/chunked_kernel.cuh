@@ -1248,7 +1248,8 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
 #pragma unroll
           for (int e = 0; e < 8; e += 2) store_split(hi + e, lo + e, t[e], t[e + 1]);
           *reinterpret_cast<uint4*>(gt + record_at<E>(i, col)) = *reinterpret_cast<const uint4*>(hi);
-          *reinterpret_cast<uint4*>(gtlo + record_at<E>(i, col)) = *reinterpret_cast<const uint4*>(lo);
+          // Single rounding reads no T lo (the forward's copies skip it): not written.
+          if (!p.single_rounding) *reinterpret_cast<uint4*>(gtlo + record_at<E>(i, col)) = *reinterpret_cast<const uint4*>(lo);
         } else {
 #pragma unroll
           for (int e = 0; e < 8; e += 2) store2(gt + record_at<E>(i, col + e), t[e], t[e + 1]);

@@ -506,11 +506,13 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
   auto record_src = [&](std::int64_t chunk) {
     return p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
   };
+  // Single rounding: no T lo (the prepass does not write it).
+  constexpr unsigned t_parts = kSingle ? 1u : 2u;
   auto issue_record_t = [&](std::int64_t chunk) {
     if (tid != 0) return;
     constexpr unsigned scalar_bytes = 6 * kC * 4;
-    bulk::arrive_expect_tx(full_t, unsigned(2 * L::c_bytes) + scalar_bytes);
-    bulk::bulk_load(W + L::w_off_t, record_src(chunk) + R::rec_t, unsigned(2 * L::c_bytes), full_t);
+    bulk::arrive_expect_tx(full_t, unsigned(t_parts * L::c_bytes) + scalar_bytes);
+    bulk::bulk_load(W + L::w_off_t, record_src(chunk) + R::rec_t, unsigned(t_parts * L::c_bytes), full_t);
     bulk::bulk_load(W + L::w_off_scalar, record_src(chunk) + R::rec_scalar, scalar_bytes, full_t);
   };
   auto issue_record_p = [&](std::int64_t chunk) {
@@ -526,11 +528,18 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     const int b = index & 1;
     std::uint64_t* const full = full_qkv + b;
     bulk::fence_proxy_async();
-    bulk::arrive_expect_tx(full, unsigned(q_copies * L::q_bytes + (transition ? 0 : L::v_bytes) + R::record_bytes));
+    constexpr unsigned record_copied = unsigned(kSingle ? R::record_bytes - L::c_bytes : R::record_bytes);
+    bulk::arrive_expect_tx(full, unsigned(q_copies * L::q_bytes + (transition ? 0 : L::v_bytes)) + record_copied);
     tensor_boxes(reinterpret_cast<E*>(smem + L::off_q + b * L::q_slot), b ? Ks1 : Ks0,
                  reinterpret_cast<E*>(smem + L::off_v + b * L::v_slot), static_cast<int>(bos + std::int64_t(index) * kC),
                  full);
-    bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full);
+    if constexpr (kSingle) {  // T hi, then P and the scalars: no T lo
+      bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(L::c_bytes), full);
+      bulk::bulk_load(smem + L::off_w + b * L::w_slot + L::w_off_p, record_src(first_chunk + index) + R::rec_p,
+                      unsigned(R::record_bytes - R::rec_p), full);
+    } else {
+      bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full);
+    }
   };
   const int chunks = static_cast<int>((eos - bos + kC - 1) / kC);
 

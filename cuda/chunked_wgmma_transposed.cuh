@@ -222,12 +222,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
   auto record_src = [&](std::int64_t chunk) {
     return p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
   };
-  // Chunk `index`'s Q, K, V and whole record into buffer index & 1, on that buffer's barrier.
+  // Chunk `index`'s Q, K, V and whole record into buffer index & 1, on that buffer's barrier
+  // (single rounding: the record without T lo, which the prepass then does not write).
+  constexpr unsigned record_copied = unsigned(kSingle ? R::record_bytes - (R::rec_p - R::rec_tlo) : R::record_bytes);
   auto issue_chunk = [&](int index) {
     const int b = index & 1;
     const int token = static_cast<int>(bos + std::int64_t(index) * kC);
     bulk::fence_proxy_async();
-    bulk::arrive_expect_tx(full + b, unsigned(2 * L::q_bytes + L::v_bytes + R::record_bytes));
+    bulk::arrive_expect_tx(full + b, unsigned(2 * L::q_bytes + L::v_bytes) + record_copied);
 #pragma unroll
     for (int slab = 0; slab < KP / 64; ++slab) {
       bulk::tensor_load_3d(smem + L::off_q + b * L::q_slot + slab * 8192, &p.tmap_q, 64 * slab, h, token, full + b);
@@ -236,7 +238,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
 #pragma unroll
     for (int slab = 0; slab < BV / 64; ++slab)
       bulk::tensor_load_3d(smem + L::off_v + b * L::v_slot + slab * 8192, &p.tmap_v, v0 + 64 * slab, j, token, full + b);
-    bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full + b);
+    if constexpr (kSingle) {
+      bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::rec_tlo), full + b);
+      bulk::bulk_load(smem + L::off_w + b * L::w_slot + R::rec_p, record_src(first_chunk + index) + R::rec_p,
+                      unsigned(R::record_bytes - R::rec_p), full + b);
+    } else {
+      bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full + b);
+    }
   };
   const int chunks = static_cast<int>((eos - bos + kC - 1) / kC);
   if (tid == 0)
