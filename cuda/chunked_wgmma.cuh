@@ -23,8 +23,8 @@
 //     (2500 of a chunk's 12900 cycles, phase clock at 4 x 8192).
 //   - B operands live in wgmma's no-swizzle MN-major layout (below), written by the epilogues
 //     with 4-byte stores that are bank-conflict free.
-//   - Copies, in step (BV 128, and K 64): one buffer of Q, V and the record (T hi, T lo, P,
-//     scalars), two of K. Each thread keeps its rows' scalars in registers, and the next
+//   - Copies, in step (BV 128, and K 64): one buffer of Q, V and the record (T hi, T lo (not
+//     in single rounding), P, scalars), two of K. Each thread keeps its rows' scalars in registers, and the next
 //     chunk's T (with its scalars) and P are copied as soon as both warpgroups' products that
 //     read this chunk's are done (T X; P Vnew). Q, V and the next K buffer are refilled at
 //     the same point as T (Q S0 is done by then, and V was read by the X epilogue).
@@ -334,8 +334,9 @@ enum class WgMode { output, affine, debug };
 // enters its product once, rounded to the input dtype (its hi part): no lo pass of S0, X, T,
 // Vnew or Vnew_d. 32 wgmma a warpgroup per chunk at K 128 instead of 60, 20 of them on the
 // state's chain instead of 44: the rounding design of reference::emulate_operands(single) and of
-// kernels that single-round their operands (fla's among them). The lo tiles are still written
-// (the shared-memory plan is the split one's); nothing reads them.
+// kernels that single-round their operands (fla's among them). The lo tiles keep their places
+// in the shared-memory plan (the split one's) but are neither written nor read, and T lo is
+// neither copied nor written by the prepass.
 template <class E, int KP, int BV, WgMode kMode = WgMode::output, bool kSingle = false>
 __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::affine>::min_blocks)
     chunked_forward_wg(const __grid_constant__ ChunkedParams p) {
@@ -502,7 +503,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
                                 (c + rest / pieces) * row_bytes + (rest % pieces) * 16) = make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  // The record of global chunk `chunk`: T hi + T lo (contiguous) with the scalars, or P.
+  // The record of global chunk `chunk`: T hi + T lo (contiguous; T hi alone in single rounding)
+  // with the scalars, or P.
   auto record_src = [&](std::int64_t chunk) {
     return p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
   };
@@ -521,9 +523,9 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     bulk::bulk_load(W + L::w_off_p, record_src(chunk) + R::rec_p, unsigned(L::c_bytes), full_p);
   };
 
-  // Out of step (two buffers): chunk i's Q, K, V and whole record into buffer i & 1 on that
-  // buffer's barrier (full_qkv[i & 1]), one group; the record is one bulk copy in its own
-  // layout (T hi | T lo | P | scalars).
+  // Out of step (two buffers): chunk i's Q, K, V and whole record (but T lo in single rounding)
+  // into buffer i & 1 on that buffer's barrier (full_qkv[i & 1]), one group; the record is one
+  // bulk copy in its own layout (T hi | T lo | P | scalars), or two without T lo.
   auto issue_chunk = [&](int index) {
     const int b = index & 1;
     std::uint64_t* const full = full_qkv + b;
