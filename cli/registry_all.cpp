@@ -86,6 +86,21 @@ oracle::Registry build() {
     e.gpu = true;
     registry.add(std::move(e));
   }
+  {
+    // ChunkedRounding::single, the named fast mode: every computed tensor-core operand rounded
+    // once. Its budget's baseline is that design's emulation (BUDGETS.md; bf16/fp16 only, fp32
+    // cases are reported unsupported).
+    oracle::RegistryEntry e;
+    gdn::cuda::ChunkedOptions single;
+    single.rounding = gdn::cuda::ChunkedRounding::single;
+    e.name = gdn::cuda::ChunkedPrefillKernel(single).name();
+    e.description = "CUDA chunked prefill, single rounding (named fast mode, bf16/fp16)";
+    e.default_budget = chunked_budget;
+    e.default_budget.baseline = oracle::BudgetBaseline::operands_single;
+    e.make = [single] { return std::make_unique<gdn::cuda::ChunkedPrefillKernel>(single); };
+    e.gpu = true;
+    registry.add(std::move(e));
+  }
 #endif
 #endif
 #endif

@@ -616,7 +616,7 @@ TEST_CASE("chunked: single rounding (ChunkedRounding::single) within its design'
       const Outputs<double> exact = reference::sequential<double>(p, inputs);
       const Outputs<double> design = reference::emulate_operands(p, inputs, reference::OperandRounding::single);
       const Outputs<double> actual = kernel.run(p, inputs);
-      judgement = chunked_testbed::judge(p, inputs, exact, design, actual);
+      judgement = chunked_testbed::judge(p, inputs, exact, design, actual, chunked_testbed::budget_single());
       if (i % 10 < 2) {
         if (!outputs_bits_equal(actual, kernel.run(p, inputs))) diff = "repeated launch changes bits";
         const std::string invariance = invariance_diff(options, p, inputs, actual, rng);

@@ -97,10 +97,20 @@ oracle::BudgetOptions budget() {
   return options;
 }
 
+oracle::BudgetOptions budget_single() {
+  oracle::BudgetOptions options = budget();
+  options.baseline = oracle::BudgetBaseline::operands_single;
+  return options;
+}
+
 Judgement judge(const Problem& problem, const Inputs& inputs, const Outputs<double>& exact,
                 const Outputs<double>& emulation, const Outputs<double>& actual) {
-  const oracle::Verdict v =
-      oracle::judge(problem, &inputs, exact, actual, &emulation, Formulation::chunked, budget());
+  return judge(problem, inputs, exact, emulation, actual, budget());
+}
+
+Judgement judge(const Problem& problem, const Inputs& inputs, const Outputs<double>& exact,
+                const Outputs<double>& baseline, const Outputs<double>& actual, const oracle::BudgetOptions& options) {
+  const oracle::Verdict v = oracle::judge(problem, &inputs, exact, actual, &baseline, Formulation::chunked, options);
   Judgement j;
   j.pass = v.passed();
   j.margin = v.status == oracle::Status::error ? INFINITY : v.worst_margin();

@@ -47,6 +47,8 @@ Case random_case(std::mt19937_64& rng, double work_cap = 1.2e7);
 
 // The budget of this suite: calibrated(state_unit=input) (see the header comment).
 oracle::BudgetOptions budget();
+// ChunkedRounding::single's: the same with baseline=operands_single (the header comment).
+oracle::BudgetOptions budget_single();
 // The unit of hT's budget floor (the input dtype for bf16/fp16, else fp32).
 DType state_floor_dtype(const Problem& problem);
 
@@ -56,9 +58,12 @@ struct Judgement {
   std::string details;   // every check, one per line
 };
 
-// o (and hT when the problem has it) against the exact outputs, with the budget above.
+// o (and hT when the problem has it) against the exact outputs, with the budget above (or
+// `options`; `emulation` is then the baseline its options name).
 Judgement judge(const Problem& problem, const Inputs& inputs, const Outputs<double>& exact,
                 const Outputs<double>& emulation, const Outputs<double>& actual);
+Judgement judge(const Problem& problem, const Inputs& inputs, const Outputs<double>& exact,
+                const Outputs<double>& baseline, const Outputs<double>& actual, const oracle::BudgetOptions& options);
 
 // rel_rms of `actual` against `reference` over all elements (0 when both are zero).
 double rel_rms(const HostTensor<double>& reference, const HostTensor<double>& actual);

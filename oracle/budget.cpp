@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oracle/arithmetic_floor.hpp"
+#include "reference/operand_model.hpp"
 #include "reference/emulate.hpp"
 #include "reference/sequential.hpp"
 
@@ -60,6 +61,7 @@ std::string BudgetOptions::describe() const {
       if (floor_units != 1.0) params += ",floor=" + compact(floor_units);
       if (arithmetic_units != 4.0) params += ",arith=" + compact(arithmetic_units);
       if (state_unit_input) params += ",state_unit=input";
+      if (baseline == BudgetBaseline::operands_single) params += ",baseline=operands_single";
       return params.empty() ? "calibrated" : "calibrated(" + params.substr(1) + ")";
     }
     case BudgetModel::fixed: {
@@ -103,6 +105,15 @@ bool parse_budget(const std::string& text, BudgetOptions* out, std::string* erro
         return false;
       }
       options.state_unit_input = unit == "input";
+      continue;
+    }
+    if (options.model == BudgetModel::calibrated && key == "baseline") {
+      const std::string name = item.substr(eq + 1);
+      if (name != "emulation" && name != "operands_single") {
+        *error = "budget parameter 'baseline' must be emulation or operands_single, got '" + name + "'";
+        return false;
+      }
+      options.baseline = name == "emulation" ? BudgetBaseline::emulation : BudgetBaseline::operands_single;
       continue;
     }
     double value = 0;
@@ -294,11 +305,13 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
         const double rms_floor = options.floor_units * unit_roundoff(floor_dtype);
         const double abs_floor = options.floor_units * ulp_of(floor_dtype, m.max_abs_ref);
         const std::string units = compact(options.floor_units) + " u " + dtype_name(floor_dtype);
+        const char* const baseline_name =
+            options.baseline == BudgetBaseline::operands_single ? " (emulation, operands single) + " : " (emulation) + ";
         Check rel = make_check(tensor, "rel_rms", m.rel_rms, options.factor * b.rel_rms + rms_floor,
-                               compact(options.factor) + " x " + sci(b.rel_rms) + " (emulation) + " + sci(rms_floor) +
+                               compact(options.factor) + " x " + sci(b.rel_rms) + baseline_name + sci(rms_floor) +
                                    " (" + units + ")");
         Check abs = make_check(tensor, "max_abs", m.max_abs_error, options.factor * b.max_abs_error + abs_floor,
-                               compact(options.factor) + " x " + sci(b.max_abs_error) + " (emulation) + " +
+                               compact(options.factor) + " x " + sci(b.max_abs_error) + baseline_name +
                                    sci(abs_floor) + " (" + compact(options.floor_units) + " ulp " +
                                    dtype_name(floor_dtype) + " at max|ref|)");
         if (!rel.pass || !abs.pass) {
@@ -393,6 +406,17 @@ const Outputs<double>& CaseContext::exact() {
   return *exact_;
 }
 
+const Outputs<double>& CaseContext::baseline(const BudgetOptions& options, Formulation formulation, int chunk_size) {
+  if (options.baseline == BudgetBaseline::emulation) return emulation(formulation, chunk_size);
+  // The operand model is the chunked form at C = 64 with o and hT only.
+  if (formulation != Formulation::chunked || chunk_size != 64 || problem_.store_intermediate_states)
+    throw std::invalid_argument("budget baseline operands_single needs a chunked formulation at C = 64 without "
+                                "intermediate states");
+  if (!operands_single_)
+    operands_single_ = reference::emulate_operands(problem_, inputs_, reference::OperandRounding::single);
+  return *operands_single_;
+}
+
 const Outputs<double>& CaseContext::emulation(Formulation formulation, int chunk_size) {
   if (problem_.store_intermediate_states) formulation = Formulation::sequential;
   const int key = formulation == Formulation::sequential ? 0 : chunk_size;
@@ -419,7 +443,7 @@ Verdict skipped(const std::string& implementation, const CaseContext& context, c
 Verdict evaluate_outputs(const std::string& implementation_name, Formulation formulation, int chunk_size,
                          CaseContext& context, const Outputs<double>& actual, const BudgetOptions& options) {
   const Outputs<double>* baseline =
-      options.model == BudgetModel::calibrated ? &context.emulation(formulation, chunk_size) : nullptr;
+      options.model == BudgetModel::calibrated ? &context.baseline(options, formulation, chunk_size) : nullptr;
   Verdict v = judge(context.problem(), &context.inputs(), context.exact(), actual, baseline, formulation, options);
   v.case_name = context.name();
   v.implementation = implementation_name;

@@ -17,6 +17,14 @@
 namespace gdn::oracle {
 
 enum class BudgetModel { calibrated, fixed, bitwise };
+// calibrated: which precision emulation sets the budget (BUDGETS.md).
+//   emulation: reference::emulate for the implementation's formulation (fp32 arithmetic, inputs
+//     in their dtypes, o rounded once): what a straightforward implementation achieves.
+//   operands_single: reference::emulate_operands(single), the chunked form in fp32 with every
+//     computed tensor-core operand rounded once to the input dtype: the design of kernels that
+//     single-round their operands (the chunked prefill's ChunkedRounding::single, fla's).
+//     Chunked formulations only.
+enum class BudgetBaseline { emulation, operands_single };
 const char* budget_model_name(BudgetModel model);
 bool parse_budget_model(const std::string& text, BudgetModel* out);
 
@@ -34,6 +42,7 @@ struct BudgetOptions {
   // dtype); true, the input dtype's when that is bf16 or fp16: for kernels that feed their state
   // products with tensor-core operands in the input dtype by design (BUDGETS.md).
   bool state_unit_input = false;
+  BudgetBaseline baseline = BudgetBaseline::emulation;
   // fixed: relative RMS thresholds as other projects use them (BUDGETS.md).
   double fixed_rel_rms_chunked = 0.005;
   double fixed_rel_rms_recurrent = 0.002;
@@ -44,7 +53,7 @@ struct BudgetOptions {
   // the arithmetic (BUDGETS.md, "references"); 0 leaves the check purely relative.
   double fixed_abs_rms = 0.0;
 
-  // "calibrated", "calibrated(factor=3,floor=1,arith=1,state_unit=input)", "fixed",
+  // "calibrated", "calibrated(factor=3,floor=1,arith=1,state_unit=input,baseline=operands_single)", "fixed",
   // "fixed(rel_rms=1e-12,abs=1e-14)", "bitwise".
   std::string describe() const;
 };
@@ -114,6 +123,8 @@ class CaseContext {
   // cannot produce per-token states, so with store_intermediate_states the sequential
   // emulation stands in (BUDGETS.md).
   const Outputs<double>& emulation(Formulation formulation, int chunk_size);
+  // The baseline `options` name for the formulation: emulation() or the operand model.
+  const Outputs<double>& baseline(const BudgetOptions& options, Formulation formulation, int chunk_size);
 
  private:
   std::string name_;
@@ -122,6 +133,7 @@ class CaseContext {
   Oracle oracle_;
   std::optional<Outputs<double>> exact_;
   std::map<int, Outputs<double>> emulations_;  // key: 0 sequential, C chunked
+  std::optional<Outputs<double>> operands_single_;
 };
 
 // Runs the implementation on the case and judges it: SKIPPED when it is not available here or

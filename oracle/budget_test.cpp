@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "fuzz/inputs.hpp"
 #include "oracle/arithmetic_floor.hpp"
@@ -8,6 +9,7 @@
 #include "oracle/implementations.hpp"
 #include "oracle/registry.hpp"
 #include "reference/emulate.hpp"
+#include "reference/operand_model.hpp"
 #include "reference/sequential.hpp"
 
 using namespace gdn;
@@ -219,7 +221,8 @@ TEST_CASE("missing output tensor is an ERROR verdict naming it", "[oracle][budge
 
 TEST_CASE("budget descriptions parse back", "[oracle][budget]") {
   for (const char* text : {"calibrated", "calibrated(factor=3,floor=0.5)", "calibrated(arith=0,state_unit=input)",
-                           "calibrated(state_unit=output)", "fixed", "fixed(rel_rms=1e-12)",
+                           "calibrated(state_unit=output)", "calibrated(state_unit=input,baseline=operands_single)",
+                           "calibrated(baseline=emulation)", "fixed", "fixed(rel_rms=1e-12)",
                            "fixed(rel_rms=1e-12,abs=1e-14)", "fixed(abs=1e-9)", "bitwise"}) {
     BudgetOptions b;
     std::string error;
@@ -232,6 +235,8 @@ TEST_CASE("budget descriptions parse back", "[oracle][budget]") {
   std::string error;
   CHECK_FALSE(parse_budget("calibrated(rel_rms=1)", &b, &error));
   CHECK(error.find("rel_rms") != std::string::npos);
+  CHECK_FALSE(parse_budget("calibrated(baseline=fla)", &b, &error));
+  CHECK(error.find("baseline") != std::string::npos);
   CHECK_FALSE(parse_budget("strict", &b, &error));
   CHECK_FALSE(parse_budget("fixed(rel_rms=-1)", &b, &error));
 }
@@ -290,4 +295,44 @@ TEST_CASE("calibrated state_unit=input: hT of bf16 inputs floored at 1 u of bf16
   // o is still held to its own dtype's unit: a 2e-2 error of o fails either way.
   for (std::int64_t i = 0; i < actual.o.numel(); ++i) actual.o[i] = exact.o[i] * (1 + 2e-2);
   CHECK(judge(p, &in, exact, actual, &emulated, Formulation::sequential, input_unit).status == Status::fail);
+}
+
+TEST_CASE("calibrated baseline=operands_single: the single-rounding design's emulation sets the budget",
+          "[oracle][budget]") {
+  Problem p = Problem::packed({70, 130}, 1, 2, 32, 32);
+  p.has_h0 = true;
+  p.has_hT = true;
+  p.use_qk_l2norm = true;
+  p.input_dtype = DType::bf16;
+  CaseContext context("single-rounding design", p, fuzz::make_inputs(p, {}, 5));
+  const Outputs<double> design =
+      reference::emulate_operands(p, context.inputs(), reference::OperandRounding::single);
+  BudgetOptions options;
+  options.state_unit_input = true;
+  options.baseline = BudgetBaseline::operands_single;
+  CHECK(options.describe() == "calibrated(state_unit=input,baseline=operands_single)");
+  // The design itself sits at or below margin 0.5 of a budget it sets, and the verdict says
+  // which baseline formed the budget and carries that baseline's metrics.
+  const Verdict v = evaluate_outputs("design", Formulation::chunked, 64, context, design, options);
+  INFO(v.details());
+  CHECK(v.status == Status::pass);
+  CHECK(v.worst_margin() <= 0.5);
+  REQUIRE(!v.checks.empty());
+  CHECK(v.checks.front().basis.find("operands single") != std::string::npos);
+  REQUIRE(v.baseline_metrics.size() == v.metrics.size());
+  CHECK(v.baseline_metrics.front().rel_rms == v.metrics.front().rel_rms);
+  // The default baseline is the plain emulation, whose o is more accurate than the design's:
+  // the same outputs then sit at a larger margin.
+  BudgetOptions plain = options;
+  plain.baseline = BudgetBaseline::emulation;
+  const Verdict w = evaluate_outputs("design", Formulation::chunked, 64, context, design, plain);
+  CHECK(w.checks.front().basis.find("operands single") == std::string::npos);
+  CHECK(w.worst_margin() > v.worst_margin());
+  // A fault far outside both: o off by 5 %.
+  Outputs<double> fault = design;
+  for (std::int64_t i = 0; i < fault.o.numel(); ++i) fault.o[i] *= 1.05;
+  CHECK(evaluate_outputs("fault", Formulation::chunked, 64, context, fault, options).status == Status::fail);
+  // The operand model is the chunked form at C = 64: any other formulation is refused.
+  CHECK_THROWS_AS(evaluate_outputs("design", Formulation::sequential, 64, context, design, options),
+                  std::invalid_argument);
 }
