@@ -148,13 +148,6 @@ __device__ __forceinline__ void store_split(__half* hi, __half* lo, float x0, fl
   *reinterpret_cast<__half2*>(hi) = h;
   *reinterpret_cast<__half2*>(lo) = __floats2half2_rn(x0 - f.x, x1 - f.y);
 }
-// store_split's hi alone (the same rounding): the operand of ChunkedRounding::single.
-__device__ __forceinline__ void store_hi(__nv_bfloat16* hi, float x0, float x1) {
-  *reinterpret_cast<__nv_bfloat162*>(hi) = __floats2bfloat162_rn(x0, x1);
-}
-__device__ __forceinline__ void store_hi(__half* hi, float x0, float x1) {
-  *reinterpret_cast<__half2*>(hi) = __floats2half2_rn(x0, x1);
-}
 __device__ __forceinline__ float read_scalar(const void* base, int type, std::int64_t i) {
   switch (type) {
     case 1: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);

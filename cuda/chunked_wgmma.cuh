@@ -341,11 +341,11 @@ template <class E, int KP, int BV, WgMode kMode = WgMode::output, bool kSingle =
 __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::affine>::min_blocks)
     chunked_forward_wg(const __grid_constant__ ChunkedParams p) {
   static_assert(!kSingle || kMode != WgMode::debug, "the debug mode traces the split design only");
-  // A computed B operand into shared memory: hi + lo, or (single rounding) hi alone; the lo
-  // tiles are then neither written nor read.
+  // A computed B operand into shared memory: hi + lo, or (single rounding) hi alone (store2:
+  // the same rounding as store_split's hi); the lo tiles are then neither written nor read.
   auto store_operand = [](E* hi, E* lo, float x0, float x1) {
     if constexpr (kSingle)
-      store_hi(hi, x0, x1);
+      store2(hi, x0, x1);
     else
       store_split(hi, lo, x0, x1);
   };
