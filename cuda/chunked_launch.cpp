@@ -172,10 +172,10 @@ ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int mult
   //   affine pass: its blocks (every segment but a sequence's last; V / BV value tiles, plus
   //     ceil(K / BV) transition tiles but for segment 0) in waves of resident blocks, each a
   //     chain of split chunks, at 0.8 of a chunk's cost (no O products, no O stores);
-  //   combine: a step of about 9.4 us (260 units) per segment of the longest sequence (ncu at
-  //     H2 HV8, 3dd6a39: 132 us for 14 steps). That was the combine with M in shared memory;
-  //     the register combine (branch combine-registers) is not measured yet: re-measure it
-  //     (ms_combine at H2 HV8, splits 16/32/64) and set this constant from it.
+  //   combine: a step of about 3.2 us (90 units) per segment of the longest sequence: the
+  //     register combine's ms_combine at H2 HV8 1 x 32768 on an H100 (67002aa): 0.0925 ms for
+  //     30 steps (split 16), 0.0453 for 14 (split 32), 0.0224 for 6 (split 64). The combine with
+  //     M in shared memory that it replaced took 8.8-9.4 us a step (260 units).
   ChunkedPlan best;
   const std::vector<int> candidates = tile_candidates(p);
   if (candidates.empty()) return best;
@@ -201,7 +201,7 @@ ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int mult
         if (segments > 1) blocks += p.HV * (tiles * double(segments - 1) + transition * double(segments - 2));
         steps = std::max(steps, double(segments - 2));
       }
-      cost += 0.8 * std::ceil(blocks / slots) * split * per_chunk + 260.0 * steps;
+      cost += 0.8 * std::ceil(blocks / slots) * split * per_chunk + 90.0 * steps;
     }
     return cost;
   };
