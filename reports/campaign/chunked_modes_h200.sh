@@ -18,6 +18,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-150}
 SHARDS=${SHARDS:-6}
 SEED=${SEED:-2001}
 W=${WORKDIR:-/tmp/gdn-chunked-modes}
+HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$W" && mkdir -p "$W" "$OUT"
 PROGRESS=$OUT/progress.log
 note() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$PROGRESS"; }
@@ -38,16 +39,8 @@ wait
 for mode in single default; do
   "$BIN" merge --out "$OUT/fuzz_$mode.json" "$W/$mode"/results-shard-*-of-"$SHARDS".json > "$W/merge_$mode.log" 2>&1
   note "fuzz $mode merged (rc $?): $(head -c 400 "$W/merge_$mode.log" | tr '\n' ' ')"
-  python3 - "$OUT/fuzz_$mode.json" "$DEVICE" "${GDN_COMMIT:-unknown}" \
-    "bash reports/campaign/chunked_modes_h200.sh (FUZZ_SECONDS=$FUZZ_SECONDS SHARDS=$SHARDS SEED=$SEED)" <<'PY'
-import datetime, json, os, sys
-path, device, commit, command = sys.argv[1:]
-data = json.load(open(path))
-data.update(device=device, commit=commit, command=command,
-            date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-json.dump(data, open(path + ".tmp", "w"), indent=1)
-os.replace(path + ".tmp", path)
-PY
+  python3 "$HERE/stamp_provenance.py" "$OUT/fuzz_$mode.json" "$DEVICE" "${GDN_COMMIT:-unknown}" \
+    "bash reports/campaign/chunked_modes_h200.sh (FUZZ_SECONDS=$FUZZ_SECONDS SHARDS=$SHARDS SEED=$SEED)"
 done
 GDN_COMMIT=${GDN_COMMIT:-unknown} timeout 240 "$BIN" conformance --impl 'cuda.chunked_prefill*' \
   --json "$OUT/cli_conformance.json" > "$OUT/cli_conformance.log" 2>&1

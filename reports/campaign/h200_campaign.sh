@@ -69,16 +69,8 @@ fi
 # Provenance for the reports: the merge step knows the shards, not where they ran.
 for merged in "$WORKDIR/fuzz/merged.json" "$WORKDIR/fuzz_chunk/merged.json"; do
 [ -f "$merged" ] || continue
-python3 - "$merged" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-  "${GDN_COMMIT:-unknown}" "bash reports/campaign/h200_campaign.sh (FUZZ_SECONDS=$FUZZ_SECONDS FUZZ_SHARDS=$FUZZ_SHARDS SEED=$SEED)" <<'EOF'
-import datetime, json, os, sys
-path, device, commit, command = sys.argv[1:]
-data = json.load(open(path))
-data.update(device=device, commit=commit, command=command,
-            date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-json.dump(data, open(path + ".tmp", "w"), indent=1)
-os.replace(path + ".tmp", path)
-EOF
+python3 "$HERE/stamp_provenance.py" "$merged" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+  "${GDN_COMMIT:-unknown}" "bash reports/campaign/h200_campaign.sh (FUZZ_SECONDS=$FUZZ_SECONDS FUZZ_SHARDS=$FUZZ_SHARDS SEED=$SEED)"
 done
 
 timeout "${CONFORMANCE_SECONDS:-240}" "$BIN" conformance --json "$WORKDIR/conformance_all.json" --junit "$WORKDIR/conformance_all.xml" \
