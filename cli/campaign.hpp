@@ -12,18 +12,15 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/shrink.hpp"
+#include "fuzz/sample.hpp"
 #include "oracle/budget.hpp"
 #include "oracle/registry.hpp"
 
 namespace gdn::cli {
 
-// One generated case: the problem, its inputs, and how they were made (for the metadata).
-struct GeneratedCase {
-  std::string name;
-  Problem problem;
-  Inputs inputs;
-  nlohmann::json generator;  // {"seed": "...", "input_options": {...}, "source": "..."}
-};
+// One generated case and the seeded sampler that makes them (fuzz/sample.hpp).
+using fuzz::GeneratedCase;
+using fuzz::sample_case;
 
 // seed -> case. Deterministic in the seed.
 using CaseGenerator = std::function<GeneratedCase(std::uint64_t seed)>;

@@ -1,4 +1,4 @@
-// The fuzzer's own test (issue 5): copies of the reference with planted bugs must be found
+// The fuzzer's own test: copies of the reference with planted bugs must be found
 // within a minute, shrunk to a small case, and the saved case must reproduce the failure.
 #include <catch2/catch.hpp>
 
@@ -10,7 +10,7 @@
 
 #include "cli/campaign.hpp"
 #include "cli/registry_all.hpp"
-#include "cli/sampler.hpp"
+#include "fuzz/sample.hpp"
 #include "oracle/case_file.hpp"
 #include "oracle/implementations.hpp"
 

@@ -3,7 +3,7 @@
     python3 python_interop.py FOLDER
 
 For every case file in FOLDER: checks that safetensors reads it, that the metadata holds the
-problem (CASE_FILES.md), that every tensor has the shape the problem implies, decodes BF16 by
+problem (docs/case_files.md), that every tensor has the shape the problem implies, decodes BF16 by
 hand (numpy has no bfloat16), and writes out.o / out.hT filled with zeros through
 safetensors.numpy.save_file (what an external implementation would do, with wrong outputs),
 keeping every input tensor and metadata entry.

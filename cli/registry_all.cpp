@@ -3,22 +3,15 @@
 #include <stdexcept>
 
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS
-#if __has_include("cuda/register.hpp")
-#include "cuda/register.hpp"
-#define GDN_CUDA_REGISTERS_ITSELF 1
-#else
-#include "cuda/implementations.hpp"
-#if GDN_HAVE_CUDA_CHUNKED
-#include "cuda/chunked_implementation.hpp"
-#endif
-#endif
+#include "cuda/implementations/chunked_implementation.hpp"
+#include "cuda/implementations/implementations.hpp"
 #endif
 
 namespace gdn::cli {
 
 namespace {
 
-#if GDN_HAVE_CUDA_IMPLEMENTATIONS && !GDN_CUDA_REGISTERS_ITSELF
+#if GDN_HAVE_CUDA_IMPLEMENTATIONS
 template <class Kernel>
 void add_kernel(oracle::Registry& registry, const char* description,
                 oracle::BudgetOptions budget = oracle::BudgetOptions{}) {
@@ -61,16 +54,10 @@ oracle::Registry build() {
   registry.add(std::move(placeholder));
 #endif
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS
-#if GDN_CUDA_REGISTERS_ITSELF
-  gdn::cuda::register_implementations(registry);
-#else
   add_kernel<gdn::cuda::RecurrentPrefillKernel>(registry, "CUDA recurrent prefill kernel");
   add_kernel<gdn::cuda::DecodeKernel>(registry, "CUDA decode kernel (state cache)");
-#if GDN_HAVE_CUDA_CHUNKED
-  // Its state products take tensor-core operands in the input dtype (split hi + lo): hT's floor
-  // is 1 u of bf16/fp16, as in its GPU suite (cuda/chunked_testbed.hpp, BUDGETS.md).
-  oracle::BudgetOptions chunked_budget;
-  chunked_budget.state_unit_input = true;
+  // Budgets: gdn::cuda::chunked_budget (the one the GPU testbed judges by too).
+  const oracle::BudgetOptions chunked_budget = gdn::cuda::chunked_budget(gdn::cuda::ChunkedRounding::split);
   add_kernel<gdn::cuda::ChunkedPrefillKernel>(registry, "CUDA chunked tensor-core prefill (C = 64)", chunked_budget);
   {
     // The sequence split (ChunkedOptions::split_chunks) with segments of one chunk: every chunk
@@ -88,21 +75,18 @@ oracle::Registry build() {
   }
   {
     // ChunkedRounding::single, the named fast mode: every computed tensor-core operand rounded
-    // once. Its budget's baseline is that design's emulation (BUDGETS.md; bf16/fp16 only, fp32
+    // once. Its budget's baseline is that design's emulation (docs/budgets.md; bf16/fp16 only, fp32
     // cases are reported unsupported).
     oracle::RegistryEntry e;
     gdn::cuda::ChunkedOptions single;
     single.rounding = gdn::cuda::ChunkedRounding::single;
     e.name = gdn::cuda::ChunkedPrefillKernel(single).name();
     e.description = "CUDA chunked prefill, single rounding (named fast mode, bf16/fp16)";
-    e.default_budget = chunked_budget;
-    e.default_budget.baseline = oracle::BudgetBaseline::operands_single;
+    e.default_budget = gdn::cuda::chunked_budget(gdn::cuda::ChunkedRounding::single);
     e.make = [single] { return std::make_unique<gdn::cuda::ChunkedPrefillKernel>(single); };
     e.gpu = true;
     registry.add(std::move(e));
   }
-#endif
-#endif
 #endif
   return registry;
 }

@@ -1,6 +1,6 @@
 #include "cli/suite.hpp"
 
-#include "cli/sampler.hpp"
+#include "fuzz/sample.hpp"
 #include "oracle/implementations.hpp"
 
 #if GDN_HAVE_GOLDEN

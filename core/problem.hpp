@@ -1,5 +1,5 @@
 #pragma once
-// The one description of a gated-delta-rule problem (spec ../shared/spec/semantics.md, §1-5,7).
+// The one description of a gated-delta-rule problem (docs/semantics.md, §1-5, 7).
 // References, CUDA kernels, the oracle and the fuzzer all take this type; validate() is the
 // single place where a malformed problem is rejected, with an error naming the argument and
 // the rule it breaks.

@@ -34,10 +34,63 @@ std::ostream& operator<<(std::ostream& out, const Case& c) {
   return out;
 }
 
+std::string Case::describe() const {
+  std::ostringstream s;
+  s << *this;
+  return s.str();
+}
+
 CaseSpace CaseSpace::chunked(int chunk_size) {
   CaseSpace space;
   space.chunk_size = chunk_size;
   space.intermediate_states = false;
+  return space;
+}
+
+CaseSpace CaseSpace::recurrent_prefill() {
+  CaseSpace space;
+  space.max_H = 4;
+  space.max_group = 4;
+  space.max_sequences = 6;
+  space.max_tokens = 1024;
+  space.max_extra_slots = 3;
+  space.intermediate_states = true;
+  space.continuous_scale = true;
+  // A GPU case is worth its launch: budgets log-uniform over the top two decades of the cap
+  // rather than down to a few hundred, so most cases fill several blocks (small shapes and
+  // lengths 0 and 1 are still drawn on purpose).
+  space.max_work = 4.0e6;
+  space.min_work = space.max_work / 64;
+  return space;
+}
+
+CaseSpace CaseSpace::decode() {
+  CaseSpace space = recurrent_prefill();
+  space.max_sequences = 8;
+  space.equal_lengths = true;
+  space.min_length = 1;
+  space.max_length = 4;
+  space.state_cache = Feature::always;
+  space.max_extra_slots = 4;
+  return space;
+}
+
+CaseSpace CaseSpace::chunked_prefill() {
+  CaseSpace space;
+  space.max_H = 4;
+  space.max_group = 4;
+  space.max_K = 128;
+  space.K_multiple = 16;
+  space.V_multiple = 16;
+  space.max_sequences = 5;
+  space.chunk_size = 64;
+  space.long_chunks = 5;
+  space.v_major = false;
+  space.state_cache = false;
+  space.intermediate_states = false;
+  space.continuous_scale = true;
+  space.max_work = 1.2e7;
+  space.min_work = space.max_work / 64;  // as recurrent_prefill()'s
   return space;
 }
 
@@ -56,8 +109,9 @@ rc::Gen<int> gen_head_size(int limit) {
   });
 }
 
-rc::Gen<std::int64_t> gen_sequence_length(int chunk_size, std::int64_t limit) {
+rc::Gen<std::int64_t> gen_sequence_length(int chunk_size, std::int64_t limit, int long_chunks) {
   const std::int64_t C = std::max(chunk_size, 1);
+  const std::int64_t longest = std::max<std::int64_t>(long_chunks, 2) * C;
   auto fit = [limit](std::int64_t x) { return std::min<std::int64_t>(std::max<std::int64_t>(x, 0), limit); };
   return rc::gen::weightedOneOf<std::int64_t>({
       {1, rc::gen::just<std::int64_t>(0)},
@@ -65,8 +119,9 @@ rc::Gen<std::int64_t> gen_sequence_length(int chunk_size, std::int64_t limit) {
       {2, rc::gen::just(fit(C - 1))},
       {2, rc::gen::just(fit(C))},
       {2, rc::gen::just(fit(C + 1))},
+      {1, rc::gen::map(rc::gen::element<std::int64_t>(2 * C - 1, 2 * C, 2 * C + 1), fit)},  // the second boundary
       {2, rc::gen::map(rc::gen::inRange<std::int64_t>(2, std::max<std::int64_t>(C, 2) + 1), fit)},
-      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(2 * C, 4 * C + 1), fit)},  // several chunks
+      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(2 * C, longest + 1), fit)},  // several chunks
       {1, rc::gen::map(rc::gen::inRange<std::int64_t>(0, 3 * C + 2), fit)},
   });
 }
@@ -79,15 +134,46 @@ void check_space(const CaseSpace& space) {
     throw std::invalid_argument("CaseSpace: every maximum and chunk_size must be >= 1");
   if (space.K_multiple < 1 || space.K_multiple > space.max_K)
     throw std::invalid_argument("CaseSpace: K_multiple must be in [1, max_K]");
+  if (space.V_multiple < 1 || space.V_multiple > space.max_V)
+    throw std::invalid_argument("CaseSpace: V_multiple must be in [1, max_V]");
   if (space.input_dtypes.empty()) throw std::invalid_argument("CaseSpace: input_dtypes is empty");
   if (space.regimes.empty()) throw std::invalid_argument("CaseSpace: regimes is empty");
   if (!(space.max_work >= space.min_work) || !(space.min_work >= 1))
     throw std::invalid_argument("CaseSpace: need 1 <= min_work <= max_work");
+  if (space.min_length < 0 || space.max_length < 0 || (space.max_length > 0 && space.max_length < space.min_length))
+    throw std::invalid_argument("CaseSpace: need 0 <= min_length <= max_length (0: no maximum)");
+  if (space.equal_lengths && space.max_length == 0)
+    throw std::invalid_argument("CaseSpace: equal_lengths needs max_length");
+  if (space.max_extra_slots < 0) throw std::invalid_argument("CaseSpace: max_extra_slots must be >= 0");
+  if (space.gva.mode == Feature::always && space.max_group < 2)
+    throw std::invalid_argument("CaseSpace: gva always needs max_group >= 2");
 }
 
-rc::Gen<bool> maybe(bool allowed, std::size_t weight_on = 1, std::size_t weight_off = 1) {
-  if (!allowed) return rc::gen::just(false);
+rc::Gen<bool> maybe(Feature feature, std::size_t weight_on = 1, std::size_t weight_off = 1) {
+  if (feature.mode == Feature::off) return rc::gen::just(false);
+  if (feature.mode == Feature::always) return rc::gen::just(true);
   return rc::gen::weightedElement<bool>({{weight_off, false}, {weight_on, true}});
+}
+
+// Value heads per key head: 1 half the time, else 2..max_group evenly (only 2..max_group when
+// GVA is always on).
+rc::Gen<int> gen_group(const CaseSpace& space) {
+  if (!space.gva || space.max_group < 2) return rc::gen::just(1);
+  std::vector<int> groups;  // each element equally likely
+  if (space.gva.mode != Feature::always) groups.assign(static_cast<std::size_t>(space.max_group - 1), 1);
+  for (int g = 2; g <= space.max_group; ++g) groups.push_back(g);
+  return rc::gen::elementOf(groups);
+}
+
+// A size as a multiple of `multiple` in [multiple, limit]: rounded up (a free draw) or down (a
+// size fitted to the work budget).
+int round_up_to(int x, int multiple, int limit) {
+  if (multiple <= 1) return x;
+  return std::min((x + multiple - 1) / multiple * multiple, limit / multiple * multiple);
+}
+int round_down_to(int x, int multiple, int limit) {
+  if (multiple <= 1) return x;
+  return std::max(multiple, std::min(x / multiple * multiple, limit / multiple * multiple));
 }
 
 }  // namespace
@@ -112,37 +198,48 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     const int N = *gen::inRange(1, space.max_sequences + 1);
     auto draw_heads = [&]() {
       H = *gen::inRange(1, space.max_H + 1);
-      group = space.gva ? *gen::weightedElement<int>({{2, 1}, {1, 2}, {1, space.max_group}}) : 1;
-      group = std::clamp(group, 1, space.max_group);
+      group = *gen_group(space);
     };
+    const std::int64_t length_cap = space.max_length > 0 ? space.max_length : space.max_tokens;
     auto draw_lengths = [&](std::int64_t token_budget) {
       lengths.clear();
       std::int64_t left = std::min(token_budget, space.max_tokens);
+      if (space.equal_lengths) {
+        // One length for the batch: min_length half the time, else any up to max_length; cut
+        // to the budget, never below min_length.
+        std::int64_t length = *gen::weightedOneOf<std::int64_t>(
+            {{1, gen::just(space.min_length)}, {1, gen::inRange(space.min_length, space.max_length + 1)}});
+        length = std::max(space.min_length, std::min(length, left / N));
+        lengths.assign(static_cast<std::size_t>(N), length);
+        return;
+      }
       for (int n = 0; n < N; ++n) {
-        const std::int64_t length = *gen_sequence_length(space.chunk_size, std::max<std::int64_t>(left, 0));
+        const std::int64_t room = std::min(std::max<std::int64_t>(left, 0), length_cap);
+        const std::int64_t length =
+            std::max(space.min_length, *gen_sequence_length(space.chunk_size, room, space.long_chunks));
         lengths.push_back(length);
         left -= length;
       }
     };
+    auto tokens_for = [&](double per_token) {
+      return std::max<std::int64_t>(3, static_cast<std::int64_t>(std::min(budget / per_token, 1e15)));
+    };
     if (shape_first) {
-      K = *gen_head_size(space.max_K);
-      V = *gen_head_size(space.max_V);
+      K = round_up_to(*gen_head_size(space.max_K), space.K_multiple, space.max_K);
+      V = round_up_to(*gen_head_size(space.max_V), space.V_multiple, space.max_V);
       draw_heads();
-      const double per_token = double(H) * group * K * V;
-      draw_lengths(std::max<std::int64_t>(3, static_cast<std::int64_t>(budget / per_token)));
+      draw_lengths(tokens_for(double(H) * group * K * V));
     } else {
+      // The lengths fit the budget at the least head sizes; the head sizes fit what is left.
       draw_heads();
-      draw_lengths(space.max_tokens);
+      draw_lengths(tokens_for(double(H) * group * space.K_multiple * space.V_multiple));
       std::int64_t T = 0;
       for (std::int64_t l : lengths) T += l;
       const double kv = budget / (double(std::max<std::int64_t>(T, 1)) * H * group);
-      K = *gen_head_size(std::clamp(static_cast<int>(std::sqrt(kv)), 1, space.max_K));
-      V = *gen_head_size(std::clamp(static_cast<int>(kv / K), 1, space.max_V));
-    }
-
-    if (space.K_multiple > 1) {
-      const int m = space.K_multiple;
-      K = std::min((K + m - 1) / m * m, space.max_K / m * m);
+      K = round_down_to(*gen_head_size(std::clamp(static_cast<int>(std::sqrt(kv)), 1, space.max_K)), space.K_multiple,
+                        space.max_K);
+      V = round_down_to(*gen_head_size(std::clamp(static_cast<int>(kv / K), 1, space.max_V)), space.V_multiple,
+                        space.max_V);
     }
 
     Case c;
@@ -155,18 +252,24 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     if (*maybe(space.state_cache, 1, 2)) {
       // A cache with a few more slots than sequences; make_inputs gives each sequence its
       // own slot in random order and turns padding_fraction of them into -1 rows.
-      p.state_slots = N + *gen::inRange(0, 3);
+      p.state_slots = N + *gen::inRange(0, space.max_extra_slots + 1);
       if (!p.has_h0 && !p.has_hT) p.has_hT = true;
       c.options.padding_fraction = *gen::element(0.0, 0.25, 0.5);
     }
     p.store_intermediate_states = *maybe(space.intermediate_states, 1, 4);
     p.input_dtype = *gen::elementOf(space.input_dtypes);
-    p.gate_dtype = *maybe(space.gate_in_input_dtype && p.input_dtype != DType::f32, 1, 2) ? p.input_dtype
-                                                                                           : DType::f32;
+    p.gate_dtype = p.input_dtype != DType::f32 && *maybe(space.gate_in_input_dtype, 1, 2) ? p.input_dtype
+                                                                                         : DType::f32;
     p.gate_mode = *maybe(space.fused_gates, 1, 2) ? GateMode::fused : GateMode::direct;
     const bool negative = *maybe(space.negative_eigenvalues, 1, 2);
     if (p.gate_mode == GateMode::fused) p.allow_negative_eigenvalues = negative;
-    if (space.explicit_scale && *maybe(true, 1, 3)) p.scale = *gen::element(1.0, 0.5, 0.125);
+    if (*maybe(space.explicit_scale, 1, 3)) {
+      p.scale = space.continuous_scale
+                    ? *gen::weightedOneOf<double>(
+                          {{3, gen::element(1.0, 0.5, 0.125)},
+                           {1, gen::map(gen::inRange(50, 1001), [](int m) { return m / 1000.0; })}})
+                    : *gen::element(1.0, 0.5, 0.125);
+    }
 
     c.options.regime = *gen::elementOf(space.regimes);
     c.options.beta_max = (negative && p.gate_mode == GateMode::direct) ? 2.0 : 1.0;

@@ -1,4 +1,4 @@
-// The case generator covers what the property suite promises to explore (issue 2, item 7):
+// The case generator covers what the property suite promises to explore:
 // K and V from 1 to 256 including odd sizes, lengths 0, 1, C-1, C, C+1 and long ones, every
 // gate regime, beta in [0, 1] and [0, 2), every feature and dtype; and its cost stays bounded
 // by RapidCheck's size. Sampled without RapidCheck's runner, from fixed seeds.
@@ -9,6 +9,7 @@
 #include <set>
 
 #include "fuzz/generators.hpp"
+#include "fuzz/sample.hpp"
 
 namespace {
 
@@ -180,4 +181,141 @@ TEST_CASE("a case prints everything needed to rebuild it", "[generators]") {
   // Deterministic data.
   CHECK(c.inputs().q == c.inputs().q);
   CHECK(c.inputs().v == c.inputs().v);
+}
+
+TEST_CASE("the second chunk boundary is drawn on purpose", "[generators]") {
+  for (int C : {7, 64}) {
+    std::set<std::int64_t> lengths;
+    for (const Case& c : sample(CaseSpace::chunked(C), 2000, 77 + C))
+      for (int n = 0; n < c.problem.N(); ++n) lengths.insert(c.problem.seq_len(n));
+    for (std::int64_t l : {2 * C - 1, 2 * C, 2 * C + 1}) CHECK(lengths.count(l) == 1);
+  }
+}
+
+TEST_CASE("Feature: off never, always always", "[generators]") {
+  CaseSpace space;
+  space.state_cache = fuzz::Feature::always;
+  space.l2norm = fuzz::Feature::always;
+  space.gva = fuzz::Feature::always;
+  space.fused_gates = false;
+  for (const Case& c : sample(space, 300, 21)) {
+    CHECK(c.problem.uses_state_cache());
+    CHECK(c.problem.use_qk_l2norm);
+    CHECK(c.problem.HV > c.problem.H);
+    CHECK(c.problem.gate_mode == GateMode::direct);
+  }
+  CaseSpace bad;
+  bad.max_group = 1;
+  bad.gva = fuzz::Feature::always;
+  CHECK_THROWS_AS(fuzz::gen_case(bad), std::invalid_argument);
+}
+
+// What the GPU suites drew with their own generators, each still drawn from the presets (and
+// each restriction of the kernel's space respected), through draw_case as the suites call it.
+namespace {
+struct Seen {
+  std::set<int> H, group, K, V, N, extra_slots;
+  std::set<std::int64_t> lengths;
+  std::set<fuzz::GateRegime> regimes;
+  std::set<DType> dtypes;
+  bool l2norm = false, no_l2norm = false, h0 = false, no_h0 = false, hT = false, no_hT = false, v_major = false,
+       k_major = false, cache = false, dense = false, padding = false, fused = false, negative_fused = false,
+       beta2 = false, gate_in_dtype = false, gate_f32 = false, scale_fraction = false, intermediate = false,
+       equal_lengths = true;
+};
+Seen draw(const CaseSpace& space, int count) {
+  Seen s;
+  for (int i = 0; i < count; ++i) {
+    const Case c = fuzz::draw_case(std::uint64_t(i) * 0x9E3779B97F4A7C15ull + 3, space);
+    const Problem& p = c.problem;
+    REQUIRE_NOTHROW(p.validate());
+    CHECK(c.work() <= space.max_work + double(p.HV) * p.K * p.V * (space.chunk_size + 4));
+    s.H.insert(p.H);
+    s.group.insert(p.group_size());
+    s.K.insert(p.K);
+    s.V.insert(p.V);
+    s.N.insert(p.N());
+    for (int n = 0; n < p.N(); ++n) {
+      s.lengths.insert(p.seq_len(n));
+      s.equal_lengths = s.equal_lengths && p.seq_len(n) == p.seq_len(0);
+    }
+    s.regimes.insert(c.options.regime);
+    s.dtypes.insert(p.input_dtype);
+    (p.use_qk_l2norm ? s.l2norm : s.no_l2norm) = true;
+    (p.has_h0 ? s.h0 : s.no_h0) = true;
+    (p.has_hT ? s.hT : s.no_hT) = true;
+    (p.state_layout == StateLayout::v_major ? s.v_major : s.k_major) = true;
+    (p.uses_state_cache() ? s.cache : s.dense) = true;
+    if (p.uses_state_cache()) {
+      s.extra_slots.insert(static_cast<int>(p.state_slots - p.N()));
+      for (std::int32_t slot : c.inputs().state_indices) s.padding |= slot < 0;
+    }
+    s.fused |= p.gate_mode == GateMode::fused;
+    s.negative_fused |= p.allow_negative_eigenvalues;
+    s.beta2 |= p.gate_mode == GateMode::direct && c.options.beta_max == 2.0;
+    (p.gate_dtype != DType::f32 ? s.gate_in_dtype : s.gate_f32) = true;
+    if (p.scale) s.scale_fraction |= *p.scale != 1.0 && *p.scale != 0.5 && *p.scale != 0.125;
+    s.intermediate |= p.store_intermediate_states;
+    CHECK(c.options.unit_keys);  // contractive inputs only
+  }
+  return s;
+}
+template <class T>
+bool has_all(const std::set<T>& seen, std::initializer_list<T> wanted) {
+  for (const T& x : wanted)
+    if (!seen.count(x)) return false;
+  return true;
+}
+void common_features(const Seen& s) {
+  CHECK(has_all(s.H, {1, 2, 4}));
+  CHECK(has_all(s.group, {1, 2, 3, 4}));
+  CHECK(s.regimes.size() == 4);
+  CHECK(s.dtypes.size() == 3);
+  CHECK((s.l2norm && s.no_l2norm));
+  CHECK((s.fused && s.negative_fused && s.beta2));
+  CHECK((s.gate_in_dtype && s.gate_f32));
+  CHECK(s.scale_fraction);
+}
+}  // namespace
+
+TEST_CASE("preset recurrent_prefill: what the recurrent kernel's suite drew", "[generators][presets]") {
+  const Seen s = draw(CaseSpace::recurrent_prefill(), 3000);
+  common_features(s);
+  CHECK(has_all(s.N, {1, 2, 3, 4, 5, 6}));
+  CHECK(*s.N.rbegin() <= 6);
+  CHECK(has_all(s.K, {1, 2, 3, 15, 16, 17, 31, 33, 63, 65, 127, 128, 129, 255, 256}));
+  CHECK(has_all(s.V, {1, 2, 3, 15, 16, 17, 31, 33, 63, 65, 127, 128, 129, 255, 256}));
+  CHECK(has_all<std::int64_t>(s.lengths, {0, 1, 2, 24, 63, 64, 65, 128, 129}));
+  CHECK(*s.lengths.rbegin() >= 160);
+  CHECK((s.h0 && s.no_h0 && s.hT && s.no_hT && s.v_major && s.k_major));
+  CHECK((s.cache && s.dense && s.padding && s.intermediate));
+  CHECK(has_all(s.extra_slots, {0, 1, 2, 3}));
+}
+
+TEST_CASE("preset decode: equal lengths 1..4 against a state cache", "[generators][presets]") {
+  const Seen s = draw(CaseSpace::decode(), 3000);
+  common_features(s);
+  CHECK(s.equal_lengths);
+  CHECK(s.lengths == std::set<std::int64_t>{1, 2, 3, 4});
+  CHECK(has_all(s.N, {1, 2, 3, 4, 5, 6, 7, 8}));
+  CHECK(*s.N.rbegin() <= 8);
+  CHECK(has_all(s.K, {1, 15, 16, 17, 64, 128, 255, 256}));
+  CHECK((s.cache && !s.dense && s.padding));
+  CHECK(has_all(s.extra_slots, {0, 1, 2, 3, 4}));
+  CHECK((s.h0 && s.no_h0 && s.hT && s.no_hT && s.v_major && s.k_major && s.intermediate));
+}
+
+TEST_CASE("preset chunked_prefill: K, V multiples of 16, dense k_major states, two chunk boundaries",
+          "[generators][presets]") {
+  const Seen s = draw(CaseSpace::chunked_prefill(), 3000);
+  common_features(s);
+  for (int k : s.K) CHECK((k % 16 == 0 && k >= 16 && k <= 128));
+  for (int v : s.V) CHECK((v % 16 == 0 && v >= 16 && v <= 256));
+  CHECK(has_all(s.K, {16, 32, 48, 64, 80, 96, 112, 128}));
+  CHECK(has_all(s.V, {16, 32, 48, 64, 96, 128, 144, 192, 256}));
+  CHECK(has_all<std::int64_t>(s.lengths, {0, 1, 2, 62, 63, 64, 65, 127, 128, 129}));
+  CHECK(*s.lengths.rbegin() >= 300);
+  CHECK(has_all(s.N, {1, 2, 3, 4, 5}));
+  CHECK((s.h0 && s.no_h0 && s.hT && s.no_hT));
+  CHECK((s.dense && !s.cache && s.k_major && !s.v_major && !s.intermediate));
 }

@@ -20,6 +20,13 @@ using namespace gdn;
 using fuzz::Case;
 using fuzz::CaseSpace;
 
+// The double references' budget, which the naive double implementation is held to too.
+oracle::BudgetOptions analytic() {
+  oracle::BudgetOptions budget;
+  budget.model = oracle::BudgetModel::analytic;
+  return budget;
+}
+
 enum class Fault {
   none,
   decay_after_write,      // S = e^g (S + k u^T) with u against the undecayed state
@@ -178,11 +185,11 @@ TEST_CASE("an independent naive implementation passes every property", "[propert
   CaseSpace space;
   space.intermediate_states = true;
   space.max_work = 1e6;  // plain loops: slower than Eigen on the large cases
-  const auto tolerances = fuzz::Tolerances::double_reference();
+  const oracle::BudgetOptions budget = analytic();
   for (const fuzz::Property& property : fuzz::all_properties())
     fuzz::rc_section(impl.name() + ": " + property.name, [&]() {
       const Case c = *fuzz::gen_case(space);
-      fuzz::rc_require(property.check(impl, c, tolerances));
+      fuzz::rc_require(property.check(impl, c, budget));
     }, 200);
 }
 
@@ -199,7 +206,7 @@ TEST_CASE("the property suite catches planted faults", "[properties][faults]") {
   CaseSpace space;
   space.max_work = 3e5;
   const auto generator = fuzz::gen_case(space);
-  const auto tolerances = fuzz::Tolerances::double_reference();
+  const oracle::BudgetOptions budget = analytic();
   const int cases = 40;
   std::cout << "faults caught (cases out of " << cases << ") per property:\n" << std::setw(26) << "";
   for (const auto& property : fuzz::all_properties()) std::cout << " " << property.name.substr(0, 8);
@@ -212,7 +219,7 @@ TEST_CASE("the property suite catches planted faults", "[properties][faults]") {
     for (int i = 0; i < cases; ++i) {
       const Case c = generator(rc::Random(rng()), static_cast<int>(i * 100 / cases)).value();
       for (const auto& property : fuzz::all_properties()) {
-        const fuzz::PropertyResult r = property.check(impl, c, tolerances);
+        const fuzz::PropertyResult r = property.check(impl, c, budget);
         if (r.status == fuzz::PropertyStatus::fail) {
           ++caught[property.name];
           ++total;

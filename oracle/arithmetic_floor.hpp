@@ -1,5 +1,5 @@
 #pragma once
-// The calibrated budget's arithmetic floor (BUDGETS.md, "(a) calibrated", arithmetic floor):
+// The calibrated budget's arithmetic floor (docs/budgets.md, "(a) calibrated", arithmetic floor):
 // per output element, the rounding error that a correct implementation in a working precision
 // of unit roundoff u can make from its evaluation order alone, judged against the magnitudes
 // the computation handles rather than against the result.
@@ -9,10 +9,10 @@
 // elements and their ratio concentrates near 1; on tiny outputs (K = V = 1, one token, a
 // state of one element) each error is a single draw, and two independent roundings of the same
 // size differ by any factor: an fp32 kernel whose state sum lands 3.6 u from the exact value,
-// where the emulation happened to land 1.2 u away, is not wrong. The H200 fuzz campaign of
-// 2026-12-03 failed 0.5% of the recurrent kernels' cases this way (every shrunk failure had
-// one to a few output elements, margins 1.0 to 6.4). The floor is what an error analysis
-// allows; the emulation term keeps the budget tight wherever it is a good estimate.
+// where the emulation happened to land 1.2 u away, is not wrong. Without this floor, GPU fuzz
+// campaigns fail correct kernels this way, always on outputs of one to a few elements. The
+// floor is what an error analysis allows; the emulation term keeps the budget tight wherever
+// it is a good estimate.
 //
 // Model (probabilistic rounding-error analysis: independent roundings add in energy, like a
 // random walk), from a double pass of the recurrence that tracks, per state element S_kv, the
@@ -34,7 +34,7 @@
 //   * o_t[v] = q^_t . S_t[:, v]: u sqrt(K) |(q^_k S_kv)_k|_2 (its own dot product)
 //     + sqrt(sum_k q^_k^2 E_kv) (the state's errors read through q^); shared sqrt(R) |o|.
 // These are one-standard-deviation estimates; oracle/budget.cpp scales them by `arith`
-// (default 4) and by the statistics of the check (BUDGETS.md).
+// (default 4) and by the statistics of the check (docs/budgets.md).
 #include "core/problem.hpp"
 
 namespace gdn::oracle {

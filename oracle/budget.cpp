@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "oracle/arithmetic_floor.hpp"
 #include "reference/operand_model.hpp"
+#include "reference/prepare.hpp"
 #include "reference/emulate.hpp"
 #include "reference/sequential.hpp"
 
@@ -22,12 +24,13 @@ const char* budget_model_name(BudgetModel model) {
     case BudgetModel::calibrated: return "calibrated";
     case BudgetModel::fixed: return "fixed";
     case BudgetModel::bitwise: return "bitwise";
+    case BudgetModel::analytic: return "analytic";
   }
   return "?";
 }
 
 bool parse_budget_model(const std::string& text, BudgetModel* out) {
-  for (BudgetModel m : {BudgetModel::calibrated, BudgetModel::fixed, BudgetModel::bitwise})
+  for (BudgetModel m : {BudgetModel::calibrated, BudgetModel::fixed, BudgetModel::bitwise, BudgetModel::analytic})
     if (text == budget_model_name(m)) {
       *out = m;
       return true;
@@ -72,6 +75,7 @@ std::string BudgetOptions::describe() const {
       return "fixed(chunked=" + compact(fixed_rel_rms_chunked) + ",recurrent=" + compact(fixed_rel_rms_recurrent) + abs + ")";
     }
     case BudgetModel::bitwise: return "bitwise";
+    case BudgetModel::analytic: return analytic_long_double ? "analytic(precision=f80)" : "analytic";
   }
   return "?";
 }
@@ -105,6 +109,15 @@ bool parse_budget(const std::string& text, BudgetOptions* out, std::string* erro
         return false;
       }
       options.state_unit_input = unit == "input";
+      continue;
+    }
+    if (options.model == BudgetModel::analytic && key == "precision") {
+      const std::string name = item.substr(eq + 1);
+      if (name != "f64" && name != "f80") {
+        *error = "budget parameter 'precision' must be f64 or f80, got '" + name + "'";
+        return false;
+      }
+      options.analytic_long_double = name == "f80";
       continue;
     }
     if (options.model == BudgetModel::calibrated && key == "baseline") {
@@ -266,12 +279,19 @@ nlohmann::json to_json(const Verdict& v) {
 
 Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double>& reference,
               const Outputs<double>& actual, const Outputs<double>* baseline, Formulation formulation,
-              const BudgetOptions& options) {
+              const BudgetOptions& options, int chunk_size) {
   Verdict v;
   v.problem = problem.describe();
   v.budget = options.describe();
   if (options.model == BudgetModel::calibrated && !baseline)
     throw std::invalid_argument("oracle::judge: the calibrated budget needs the emulation's outputs");
+  std::optional<Allowance> analytic;
+  if (options.model == BudgetModel::analytic) {
+    if (!inputs) throw std::invalid_argument("oracle::judge: the analytic budget needs the inputs");
+    if (formulation == Formulation::chunked && chunk_size < 1)
+      throw std::invalid_argument("oracle::judge: the analytic budget of a chunked formulation needs its chunk size");
+    analytic = max_abs_allowance(options, problem, *inputs, reference, formulation, chunk_size);
+  }
   // The arithmetic floor, computed at most once and only for a check that fails without it.
   std::optional<ArithmeticFloor> arithmetic;
   auto arithmetic_floor_of = [&]() -> const ArithmeticFloor* {
@@ -323,7 +343,7 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
             // 1 / sqrt(1 + 2 ln n): in full for a one-element state, little where the
             // emulation's error is a good estimate. Independent roundings count the tensor's
             // elements; the decays' shared error counts (token, head) pairs for o, (sequence,
-            // head) pairs for hT (BUDGETS.md).
+            // head) pairs for hT (docs/budgets.md).
             struct Part {
               double rms = 0, largest = 0;  // over all elements
               std::int64_t nonzero = 0;
@@ -388,6 +408,15 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
       case BudgetModel::bitwise:
         v.checks.push_back(make_check(tensor, "mismatches", double(m.mismatches), 0.0, "bit for bit"));
         break;
+      case BudgetModel::analytic: {
+        const double budget = tensor == OutputTensor::o    ? analytic->o
+                              : tensor == OutputTensor::hT ? analytic->hT
+                                                           : analytic->intermediate;
+        v.checks.push_back(make_check(tensor, "max_abs", m.max_abs_error, budget,
+                                      std::string("u (64 sqrt((L+1)(K+V)) + 16 Gamma_C) x max(max|ref|, magnitudes), u = ") +
+                                          (options.analytic_long_double ? "2^-64" : "2^-53")));
+        break;
+      }
     }
   }
   bool pass = true;
@@ -444,7 +473,8 @@ Verdict evaluate_outputs(const std::string& implementation_name, Formulation for
                          CaseContext& context, const Outputs<double>& actual, const BudgetOptions& options) {
   const Outputs<double>* baseline =
       options.model == BudgetModel::calibrated ? &context.baseline(options, formulation, chunk_size) : nullptr;
-  Verdict v = judge(context.problem(), &context.inputs(), context.exact(), actual, baseline, formulation, options);
+  Verdict v =
+      judge(context.problem(), &context.inputs(), context.exact(), actual, baseline, formulation, options, chunk_size);
   v.case_name = context.name();
   v.implementation = implementation_name;
   return v;
@@ -477,6 +507,176 @@ Verdict evaluate(Implementation& implementation, CaseContext& context, const Bud
   v.case_name = context.name();
   v.implementation = name;
   return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The max-abs form of the budgets
+
+double max_abs(const HostTensor<double>& tensor) {
+  double m = 0;
+  for (std::int64_t i = 0; i < tensor.numel(); ++i)
+    if (std::isfinite(tensor[i])) m = std::max(m, std::fabs(tensor[i]));
+  return m;
+}
+
+Difference difference(const HostTensor<double>& expected, const HostTensor<double>& actual) {
+  Difference d;
+  if (expected.shape() != actual.shape()) {
+    d.max_abs = std::numeric_limits<double>::infinity();
+    return d;
+  }
+  for (std::int64_t i = 0; i < expected.numel(); ++i) {
+    const double e = expected[i], a = actual[i];
+    double err;
+    if (e == a) err = 0;  // also equal infinities; +0 == -0
+    else if (std::isnan(e) && std::isnan(a)) err = 0;
+    else if (!std::isfinite(a) || !std::isfinite(e)) err = std::numeric_limits<double>::infinity();
+    else err = std::fabs(a - e);
+    if (err > d.max_abs || d.worst < 0) {
+      d.max_abs = err;
+      d.worst = i;
+      d.expected_at_worst = e;
+      d.actual_at_worst = a;
+    }
+  }
+  return d;
+}
+
+Allowance& Allowance::operator+=(const Allowance& other) {
+  o += other.o;
+  hT += other.hT;
+  intermediate += other.intermediate;
+  return *this;
+}
+
+namespace {
+template <class Scalar>
+double chunk_log_decay_in(const Problem& problem, const Inputs& inputs, int chunk_size) {
+  Scalar largest = 0;
+  const std::int64_t C = std::max(chunk_size, 1);
+  for (int n = 0; n < problem.N(); ++n)
+    for (int j = 0; j < problem.HV; ++j) {
+      Scalar running = 0;
+      for (std::int64_t i = 0; i < problem.seq_len(n); ++i) {
+        if (i % C == 0) running = 0;
+        const std::int64_t t = problem.seq_begin(n) + i;
+        Scalar g, beta;
+        reference::load_gates(problem, inputs, t, j, &g, &beta);
+        if (std::exp(g) == 0) running = 0;
+        else running += g;
+        largest = std::max(largest, std::fabs(running));
+      }
+    }
+  return static_cast<double>(largest);
+}
+}  // namespace
+
+double chunk_log_decay(const Problem& problem, const Inputs& inputs, int chunk_size, bool long_double) {
+  return long_double ? chunk_log_decay_in<long double>(problem, inputs, chunk_size)
+                     : chunk_log_decay_in<double>(problem, inputs, chunk_size);
+}
+
+Allowance magnitudes(const Problem& problem, const Inputs& inputs) {
+  Allowance m;
+  const int K = problem.K, V = problem.V;
+  const bool k_major = problem.state_layout == StateLayout::k_major;
+  std::vector<double> M(static_cast<std::size_t>(V)), q(static_cast<std::size_t>(K)), k(q);
+  for (int n = 0; n < problem.N(); ++n) {
+    const std::int64_t row = problem.uses_state_cache() ? inputs.state_indices[static_cast<std::size_t>(n)] : n;
+    if (row < 0) continue;
+    for (int j = 0; j < problem.HV; ++j) {
+      const int h = j / problem.group_size();
+      for (int vv = 0; vv < V; ++vv) {
+        double sum = 0;
+        if (problem.has_h0) {
+          const double* S0 = inputs.h0.data() + (row * problem.HV + j) * std::int64_t(K) * V;
+          for (int kk = 0; kk < K; ++kk) {
+            const double x = k_major ? S0[std::int64_t(kk) * V + vv] : S0[std::int64_t(vv) * K + kk];
+            sum += x * x;
+          }
+        }
+        M[static_cast<std::size_t>(vv)] = std::sqrt(sum);
+      }
+      for (std::int64_t t = problem.seq_begin(n); t < problem.seq_begin(n) + problem.seq_len(n); ++t) {
+        reference::load_qk(problem, inputs, t, h, q.data(), k.data());
+        double g, beta, qn = 0;
+        reference::load_gates(problem, inputs, t, j, &g, &beta);
+        for (double x : q) qn += x * x;
+        qn = std::sqrt(qn);
+        const double alpha = std::exp(g);
+        for (int vv = 0; vv < V; ++vv) {
+          double& bound = M[static_cast<std::size_t>(vv)];
+          const double x = std::fabs(inputs.v[(t * problem.HV + j) * V + vv]);
+          bound = beta <= 1 ? std::sqrt(alpha * alpha * bound * bound + x * x) : alpha * bound + beta * x;
+          m.o = std::max(m.o, bound * qn);
+          m.intermediate = std::max(m.intermediate, bound);
+        }
+      }
+      for (double bound : M) m.hT = std::max(m.hT, bound);
+    }
+  }
+  return m;
+}
+
+// The analytic model's coefficients, in units of u (docs/budgets.md, "(d) analytic").
+constexpr double kAnalyticPerSqrtWork = 64;
+constexpr double kAnalyticPerLogDecay = 16;
+
+double analytic_relative_bound(const Problem& problem, const Inputs& inputs, Formulation formulation,
+                               int chunk_size, bool long_double) {
+  const double u = long_double ? 0x1p-64 : 0x1p-53;
+  std::int64_t longest = 0;
+  for (int n = 0; n < problem.N(); ++n) longest = std::max(longest, problem.seq_len(n));
+  double bound = kAnalyticPerSqrtWork * u * std::sqrt(double(longest + 1) * (problem.K + problem.V));
+  if (formulation == Formulation::chunked)
+    bound += kAnalyticPerLogDecay * u * chunk_log_decay(problem, inputs, chunk_size, long_double);
+  return bound;
+}
+
+Allowance max_abs_allowance(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
+                            const Outputs<double>& exact, Formulation formulation, int chunk_size) {
+  if (options.model == BudgetModel::bitwise) return {};
+  if (options.model == BudgetModel::fixed)
+    throw std::invalid_argument("oracle::max_abs_allowance: the fixed budget bounds an rms, no single element");
+  const Allowance m = magnitudes(problem, inputs);
+  Allowance scale;
+  scale.o = std::max(max_abs(exact.o), m.o);
+  scale.hT = std::max(max_abs(exact.hT), m.hT);
+  scale.intermediate = std::max(max_abs(exact.intermediate), m.intermediate);
+  Allowance a;
+  if (options.model == BudgetModel::analytic) {
+    const double relative =
+        analytic_relative_bound(problem, inputs, formulation, chunk_size, options.analytic_long_double);
+    a.o = scale.o * relative;
+    a.hT = scale.hT * relative;
+    a.intermediate = scale.intermediate * relative;
+    return a;
+  }
+  // calibrated: the floor in the dtype judge() takes, plus factor x the baseline's error.
+  const bool narrow_input = problem.input_dtype == DType::bf16 || problem.input_dtype == DType::f16;
+  const double state_unit =
+      unit_roundoff(options.state_unit_input && narrow_input ? problem.input_dtype : DType::f32);
+  a.o = scale.o * (options.floor_units * unit_roundoff(output_dtype(problem, OutputTensor::o)));
+  a.hT = scale.hT * (options.floor_units * state_unit);
+  a.intermediate = scale.intermediate * (options.floor_units * state_unit);
+  if (options.factor > 0) {
+    Outputs<double> baseline;
+    if (options.baseline == BudgetBaseline::operands_single) {
+      if (formulation != Formulation::chunked || chunk_size != 64 || problem.store_intermediate_states)
+        throw std::invalid_argument("budget baseline operands_single needs a chunked formulation at C = 64 without "
+                                    "intermediate states");
+      baseline = reference::emulate_operands(problem, inputs, reference::OperandRounding::single);
+    } else {
+      // A chunked formulation has no per-token states: the sequential emulation stands in.
+      baseline = reference::emulate(problem, inputs,
+                                    problem.store_intermediate_states ? Formulation::sequential : formulation,
+                                    chunk_size);
+    }
+    a.o += options.factor * difference(exact.o, baseline.o).max_abs;
+    a.hT += options.factor * difference(exact.hT, baseline.hT).max_abs;
+    a.intermediate += options.factor * difference(exact.intermediate, baseline.intermediate).max_abs;
+  }
+  return a;
 }
 
 }  // namespace gdn::oracle

@@ -1,7 +1,7 @@
 #pragma once
 // Error budgets and verdicts. A verdict is never a bare boolean: every check carries the error,
 // the budget it was held to, how that budget was formed, and the margin error / budget.
-// The models and the reasoning behind their numbers: oracle/BUDGETS.md.
+// The models and the reasoning behind their numbers: docs/budgets.md.
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,8 +16,11 @@
 
 namespace gdn::oracle {
 
-enum class BudgetModel { calibrated, fixed, bitwise };
-// calibrated: which precision emulation sets the budget (BUDGETS.md).
+// analytic: a rounding-error bound derived from the recurrence itself, for evaluations whose
+//   working precision is far below every storage dtype (the double and long double references):
+//   no emulation can serve as their baseline (docs/budgets.md, "(d) analytic").
+enum class BudgetModel { calibrated, fixed, bitwise, analytic };
+// calibrated: which precision emulation sets the budget (docs/budgets.md).
 //   emulation: reference::emulate for the implementation's formulation (fp32 arithmetic, inputs
 //     in their dtypes, o rounded once): what a straightforward implementation achieves.
 //   operands_single: reference::emulate_operands(single), the chunked form in fp32 with every
@@ -40,21 +43,24 @@ struct BudgetOptions {
   double arithmetic_units = 4.0;
   // calibrated: the unit of the floor for states (hT, intermediate): false, fp32's (the states'
   // dtype); true, the input dtype's when that is bf16 or fp16: for kernels that feed their state
-  // products with tensor-core operands in the input dtype by design (BUDGETS.md).
+  // products with tensor-core operands in the input dtype by design (docs/budgets.md).
   bool state_unit_input = false;
   BudgetBaseline baseline = BudgetBaseline::emulation;
-  // fixed: relative RMS thresholds as other projects use them (BUDGETS.md).
+  // fixed: relative RMS thresholds as other projects use them (docs/budgets.md).
   double fixed_rel_rms_chunked = 0.005;
   double fixed_rel_rms_recurrent = 0.002;
-  // Replaces both thresholds (e.g. for the double references: BUDGETS.md, "references").
+  // Replaces both thresholds (e.g. for the double references: docs/budgets.md, "references").
   std::optional<double> fixed_rel_rms;
   // An absolute allowance added to the fixed budget: rms(ref - x) <= rel_rms * rms(ref) +
   // fixed_abs_rms. For outputs that cancel to near zero the relative error says nothing about
-  // the arithmetic (BUDGETS.md, "references"); 0 leaves the check purely relative.
+  // the arithmetic (docs/budgets.md, "references"); 0 leaves the check purely relative.
   double fixed_abs_rms = 0.0;
+  // analytic: the unit roundoff of the evaluation: false, double's (2^-53); true, long
+  // double's (2^-64), for a long double computation.
+  bool analytic_long_double = false;
 
   // "calibrated", "calibrated(factor=3,floor=1,arith=1,state_unit=input,baseline=operands_single)", "fixed",
-  // "fixed(rel_rms=1e-12,abs=1e-14)", "bitwise".
+  // "fixed(rel_rms=1e-12,abs=1e-14)", "bitwise", "analytic", "analytic(precision=f80)".
   std::string describe() const;
 };
 // Parses the describe() forms above (and plain names).
@@ -101,9 +107,10 @@ nlohmann::json to_json(const Check& check);
 // precision-emulating reference's outputs on the same input: required for calibrated, unused
 // otherwise. For bitwise, `reference` is whatever the outputs must equal bit for bit (another
 // run, another packing). Checks o, and hT / intermediate when the problem asks for them.
+// analytic needs `inputs` and, for a chunked formulation, its chunk_size (> 0).
 Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double>& reference,
               const Outputs<double>& actual, const Outputs<double>* baseline, Formulation formulation,
-              const BudgetOptions& options);
+              const BudgetOptions& options, int chunk_size = 0);
 
 // One problem and its inputs with the oracle's and the emulations' outputs computed once and
 // shared by every implementation judged on it.
@@ -121,7 +128,7 @@ class CaseContext {
   Oracle oracle() const { return oracle_; }
   // reference::emulate for the formulation (chunked at chunk_size). A chunked formulation
   // cannot produce per-token states, so with store_intermediate_states the sequential
-  // emulation stands in (BUDGETS.md).
+  // emulation stands in (docs/budgets.md).
   const Outputs<double>& emulation(Formulation formulation, int chunk_size);
   // The baseline `options` name for the formulation: emulation() or the operand model.
   const Outputs<double>& baseline(const BudgetOptions& options, Formulation formulation, int chunk_size);
@@ -146,5 +153,68 @@ Verdict evaluate(Implementation& implementation, CaseContext& context, const Bud
 // Judges outputs someone else computed (an external implementation's, read from a case file).
 Verdict evaluate_outputs(const std::string& implementation_name, Formulation formulation, int chunk_size,
                          CaseContext& context, const Outputs<double>& actual, const BudgetOptions& options);
+
+// ----- the max-abs form of the budgets, for relations between runs ------------------------
+//
+// A relation between several runs of an implementation (state carry, packing, linearity, ...:
+// fuzz/properties.hpp) holds exactly for the operator; for the implementation it may be off by
+// the sum of the runs' errors. Each run's share is the max-abs budget of its outputs below,
+// formed on that run's own input, so the property suite and the verdicts answer "how wrong may
+// this run be" with the same model and the same parameters (docs/budgets.md, "Relations").
+
+// The max-abs error of `actual` against `expected` (+inf where actual is not finite but
+// expected is, or shapes differ; NaN against NaN and +0 against -0 count as equal) and the
+// flat index of the worst element.
+struct Difference {
+  double max_abs = 0;
+  std::int64_t worst = -1;
+  double expected_at_worst = 0, actual_at_worst = 0;
+};
+Difference difference(const HostTensor<double>& expected, const HostTensor<double>& actual);
+// max |x| over the finite elements.
+double max_abs(const HostTensor<double>& tensor);
+
+// One number per output tensor.
+struct Allowance {
+  double o = 0, hT = 0, intermediate = 0;
+  Allowance& operator+=(const Allowance& other);
+};
+
+// Bounds on the magnitudes the recurrence handles, from the inputs alone: for every column s
+// of a state (S[:, v]), |s_t|^2 <= exp(2 g_t) |s_{t-1}|^2 + v_t[v]^2 when beta <= 1 (the
+// component along k^ becomes a convex combination of the decayed one and v, the rest only
+// decays), |s_t| <= exp(g_t) |s_{t-1}| + beta |v_t[v]| otherwise; valid for |k^| <= 1, i.e.
+// contractive inputs. o: max over tokens of that bound times |scale q^_t|; hT, intermediate:
+// the bound itself.
+Allowance magnitudes(const Problem& problem, const Inputs& inputs);
+
+// The largest in-chunk cumulative log decay |g_s + ... + g_i| over every sequence, value head
+// and chunk of chunk_size tokens (s: the chunk's start, or the last token with exp(g) = 0,
+// where the chunked form restarts its sums). The chunked form takes differences of such sums,
+// so their rounding (u per addition, relative to this magnitude) is an absolute error in the
+// exponent of every decay factor: a term no sequential computation has. long_double: where
+// exp(g) = 0 is judged in long double (exp(-1e4) is not 0 there).
+double chunk_log_decay(const Problem& problem, const Inputs& inputs, int chunk_size, bool long_double = false);
+
+// The analytic model's relative bound for one run (docs/budgets.md, "(d) analytic"):
+// u (64 sqrt((L + 1)(K + V)) + 16 Gamma_C), L the longest sequence, Gamma_C chunk_log_decay()
+// for a chunked formulation (0 for a sequential one), u double's or long double's.
+double analytic_relative_bound(const Problem& problem, const Inputs& inputs, Formulation formulation,
+                               int chunk_size, bool long_double);
+
+// The max-abs budget of one run per output tensor, with scale = max(max|exact|, magnitudes()):
+//   analytic:   scale * analytic_relative_bound();
+//   calibrated: scale * floor_units * u(floor dtype) + factor * max|baseline - exact|, the floor
+//               dtype and the baseline as judge() takes them (o: the input dtype; states: fp32,
+//               or the input dtype under state_unit=input; baseline: the emulation of the
+//               formulation, sequential for per-token states, or operands_single). The
+//               arithmetic floor is not added: it rescues one verdict whose emulation happened
+//               to be lucky, and a sum over runs has no such single draw;
+//   bitwise:    0 (bit for bit, up to the sign of zero);
+//   fixed:      throws std::invalid_argument (an rms threshold bounds no single element).
+// `exact` is the exact value on that run's input; without a baseline any approximation of it
+// within this budget serves (only max|.| is used).
+Allowance max_abs_allowance(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
+                            const Outputs<double>& exact, Formulation formulation, int chunk_size);
 
 }  // namespace gdn::oracle

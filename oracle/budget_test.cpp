@@ -8,6 +8,7 @@
 #include "oracle/budget.hpp"
 #include "oracle/implementations.hpp"
 #include "oracle/registry.hpp"
+#include "reference/chunked.hpp"
 #include "reference/emulate.hpp"
 #include "reference/operand_model.hpp"
 #include "reference/sequential.hpp"
@@ -83,7 +84,7 @@ TEST_CASE("calibrated: equal to the emulation passes, 1.5x passes, 3x worse fail
 TEST_CASE("calibrated arithmetic floor: one-element outputs judged by analysis, not by one draw", "[oracle][budget]") {
   // K = V = 1, one sequence of 64 tokens, no decay: o has 64 elements, hT one. The emulation's
   // error on hT is one rounding-error draw; a correct fp32 computation in another order may
-  // land several u away (the H200 fuzz campaign's shrunk failures looked like this).
+  // land several u away (the shape of the GPU fuzz failures this floor exists for).
   Problem p = Problem::packed({64}, 1, 1, 1, 1);
   p.has_hT = true;
   fuzz::InputOptions options;
@@ -335,4 +336,103 @@ TEST_CASE("calibrated baseline=operands_single: the single-rounding design's emu
   // The operand model is the chunked form at C = 64: any other formulation is refused.
   CHECK_THROWS_AS(evaluate_outputs("design", Formulation::sequential, 64, context, design, options),
                   std::invalid_argument);
+}
+
+// ----- analytic, and the max-abs form of the budgets (what the property suite sums) ---------
+
+TEST_CASE("analytic: parsed and described, f64 and f80", "[oracle][budget][analytic]") {
+  BudgetOptions options;
+  std::string error;
+  REQUIRE(parse_budget("analytic", &options, &error));
+  CHECK(options.model == BudgetModel::analytic);
+  CHECK_FALSE(options.analytic_long_double);
+  CHECK(options.describe() == "analytic");
+  REQUIRE(parse_budget("analytic(precision=f80)", &options, &error));
+  CHECK(options.analytic_long_double);
+  CHECK(options.describe() == "analytic(precision=f80)");
+  CHECK_FALSE(parse_budget("analytic(precision=f32)", &options, &error));
+  CHECK_FALSE(parse_budget("analytic(factor=2)", &options, &error));
+}
+
+TEST_CASE("analytic: u (64 sqrt((L+1)(K+V)) + 16 Gamma_C) times the magnitudes", "[oracle][budget][analytic]") {
+  Problem p = Problem::packed({70, 5}, 1, 2, 24, 12);
+  p.has_h0 = true;
+  p.has_hT = true;
+  fuzz::InputOptions strong;
+  strong.regime = fuzz::GateRegime::strong;
+  const Inputs in = fuzz::make_inputs(p, strong, 4);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  BudgetOptions options;
+  options.model = BudgetModel::analytic;
+  const double u = 0x1p-53, work = std::sqrt(71.0 * (24 + 12));
+  const double gamma = chunk_log_decay(p, in, 16);
+  REQUIRE(gamma > 1);  // strong decay: the chunked term is there
+  CHECK(analytic_relative_bound(p, in, Formulation::sequential, 0, false) == 64 * u * work);
+  CHECK(analytic_relative_bound(p, in, Formulation::chunked, 16, false) == 64 * u * work + 16 * u * gamma);
+  CHECK(analytic_relative_bound(p, in, Formulation::sequential, 0, true) == 64 * 0x1p-64 * work);
+  const Allowance m = magnitudes(p, in);
+  const Allowance a = max_abs_allowance(options, p, in, exact, Formulation::chunked, 16);
+  const double relative = analytic_relative_bound(p, in, Formulation::chunked, 16, false);
+  CHECK(a.o == std::max(max_abs(exact.o), m.o) * relative);
+  CHECK(a.hT == std::max(max_abs(exact.hT), m.hT) * relative);
+  // judge: the chunked double reference against the recurrence passes; an error of 1e-9
+  // (far above any double rounding here) fails.
+  const Outputs<double> chunked = reference::chunked<double>(p, in, 16);
+  const Verdict pass = judge(p, &in, exact, chunked, nullptr, Formulation::chunked, options, 16);
+  CHECK(pass.status == Status::pass);
+  Outputs<double> wrong = chunked;
+  wrong.o[3] += 1e-9;
+  CHECK(judge(p, &in, exact, wrong, nullptr, Formulation::chunked, options, 16).status == Status::fail);
+  CHECK_THROWS_AS(judge(p, &in, exact, chunked, nullptr, Formulation::chunked, options), std::invalid_argument);
+  CHECK_THROWS_AS(judge(p, nullptr, exact, chunked, nullptr, Formulation::sequential, options), std::invalid_argument);
+}
+
+TEST_CASE("max-abs allowance: calibrated is floor x magnitudes + factor x the emulation's error",
+          "[oracle][budget][allowance]") {
+  Problem p = Problem::packed({40, 9}, 1, 2, 16, 8);
+  p.input_dtype = DType::bf16;
+  p.has_h0 = true;
+  p.has_hT = true;
+  const Inputs in = fuzz::make_inputs(p, {}, 8);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const Outputs<double> emulated = reference::emulate(p, in, Formulation::chunked, 64);
+  const Allowance m = magnitudes(p, in);
+  const double scale_o = std::max(max_abs(exact.o), m.o), scale_hT = std::max(max_abs(exact.hT), m.hT);
+  BudgetOptions options;  // calibrated: factor 2, floor 1 u; states in fp32's unit
+  Allowance a = max_abs_allowance(options, p, in, exact, Formulation::chunked, 64);
+  CHECK(a.o == scale_o * unit_roundoff(DType::bf16) + 2 * difference(exact.o, emulated.o).max_abs);
+  CHECK(a.hT == scale_hT * unit_roundoff(DType::f32) + 2 * difference(exact.hT, emulated.hT).max_abs);
+  options.state_unit_input = true;  // the chunked kernel's: states in the input dtype's unit
+  a = max_abs_allowance(options, p, in, exact, Formulation::chunked, 64);
+  CHECK(a.hT == scale_hT * unit_roundoff(DType::bf16) + 2 * difference(exact.hT, emulated.hT).max_abs);
+  // The single-rounding design's baseline.
+  options.baseline = BudgetBaseline::operands_single;
+  const Outputs<double> single = reference::emulate_operands(p, in, reference::OperandRounding::single);
+  a = max_abs_allowance(options, p, in, exact, Formulation::chunked, 64);
+  CHECK(a.o == scale_o * unit_roundoff(DType::bf16) + 2 * difference(exact.o, single.o).max_abs);
+  CHECK_THROWS_AS(max_abs_allowance(options, p, in, exact, Formulation::sequential, 0), std::invalid_argument);
+  // bitwise: nothing; fixed: no max-abs form.
+  BudgetOptions bitwise;
+  bitwise.model = BudgetModel::bitwise;
+  a = max_abs_allowance(bitwise, p, in, exact, Formulation::chunked, 64);
+  CHECK(a.o == 0);
+  CHECK(a.hT == 0);
+  BudgetOptions fixed;
+  fixed.model = BudgetModel::fixed;
+  CHECK_THROWS_AS(max_abs_allowance(fixed, p, in, exact, Formulation::chunked, 64), std::invalid_argument);
+}
+
+TEST_CASE("difference: max-abs error, non-finite and shape mismatches are infinite", "[oracle][budget][allowance]") {
+  HostTensor<double> a({3}), b({3});
+  a[0] = 1;
+  b[0] = 1.5;
+  a[1] = -0.0;  // +0 == -0
+  a[2] = b[2] = NAN;
+  Difference d = difference(a, b);
+  CHECK(d.max_abs == 0.5);
+  CHECK(d.worst == 0);
+  b[1] = INFINITY;
+  CHECK(std::isinf(difference(a, b).max_abs));
+  CHECK(std::isinf(difference(a, HostTensor<double>({2})).max_abs));
+  CHECK(max_abs(b) == 1.5);
 }

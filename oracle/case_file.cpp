@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype_codec.hpp"
 #include "reference/precision.hpp"
 
 static_assert(sizeof(float) == 4 && sizeof(double) == 8, "IEEE binary32/binary64 expected");
@@ -361,66 +362,24 @@ bool float_dtype(const std::string& name, DType* out) {
 }
 
 RawTensor encode_floats(const std::string& name, DType dtype, const HostTensor<double>& t) {
-  RawTensor raw;
-  raw.name = name;
-  raw.dtype = safetensors_name(dtype);
-  raw.shape = t.shape();
-  raw.bytes.resize(static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
+  // Outputs and inputs are stored exactly: a value the dtype cannot hold is the writer's error,
+  // not something to round silently.
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     const double x = t[i];
     if (!std::isnan(x) && reference::round_to(dtype, x) != x)
       throw CaseFileError("encode_case: " + name + "[" + std::to_string(i) + "] = " + std::to_string(x) +
                           " is not representable in " + dtype_name(dtype));
-    std::uint8_t* dst = raw.bytes.data() + static_cast<std::size_t>(i) * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f64: std::memcpy(dst, &x, 8); break;
-      case DType::f32: {
-        const float f = static_cast<float>(x);
-        std::memcpy(dst, &f, 4);
-        break;
-      }
-      case DType::bf16: {
-        const auto bits = Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(static_cast<float>(x)));
-        std::memcpy(dst, &bits, 2);
-        break;
-      }
-      case DType::f16: {
-        const auto bits = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(static_cast<float>(x)));
-        std::memcpy(dst, &bits, 2);
-        break;
-      }
-    }
   }
+  RawTensor raw;
+  raw.name = name;
+  raw.dtype = safetensors_name(dtype);
+  raw.shape = t.shape();
+  raw.bytes = encode_tensor(t, dtype);
   return raw;
 }
 
 HostTensor<double> decode_floats(const RawTensor& raw, DType dtype) {
-  HostTensor<double> t(raw.shape);
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    const std::uint8_t* src = raw.bytes.data() + static_cast<std::size_t>(i) * dtype_size(dtype);
-    switch (dtype) {
-      case DType::f64: std::memcpy(&t[i], src, 8); break;
-      case DType::f32: {
-        float f;
-        std::memcpy(&f, src, 4);
-        t[i] = f;
-        break;
-      }
-      case DType::bf16: {
-        std::uint16_t bits;
-        std::memcpy(&bits, src, 2);
-        t[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::bfloat16>(bits));
-        break;
-      }
-      case DType::f16: {
-        std::uint16_t bits;
-        std::memcpy(&bits, src, 2);
-        t[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits));
-        break;
-      }
-    }
-  }
-  return t;
+  return decode_tensor(raw.bytes.data(), raw.bytes.size(), dtype, raw.shape);
 }
 
 RawTensor encode_ints64(const std::string& name, const std::vector<std::int64_t>& values) {

@@ -1,6 +1,6 @@
 #pragma once
 // Case files: one problem, its inputs, optionally an implementation's outputs, and metadata, in
-// a safetensors container. Schema and the rules the reader enforces: oracle/CASE_FILES.md.
+// a safetensors container. Schema and the rules the reader enforces: docs/case_files.md.
 // Two levels: the container (any safetensors file, parsed and checked byte for byte) and the
 // case (the gdn-case/1 schema on top of it, checked against the Problem).
 #include <cstdint>
@@ -43,7 +43,7 @@ constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 // Bytes per element of a safetensors dtype name; 0 for a name it does not know.
 std::size_t safetensors_dtype_size(const std::string& dtype);
 
-// Parses and checks a whole container (CASE_FILES.md, "What the reader rejects", container
+// Parses and checks a whole container (docs/case_files.md, "What the reader rejects", container
 // rules). `what` names the source in errors.
 SafetensorsFile parse_safetensors(const std::uint8_t* data, std::size_t size, const std::string& what = "<memory>");
 std::vector<std::uint8_t> serialize_safetensors(const SafetensorsFile& file);

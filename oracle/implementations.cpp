@@ -232,7 +232,7 @@ std::vector<const RegistryEntry*> Registry::select(const std::string& names) con
 
 void register_references(Registry& registry) {
   // Double references against the double oracle (or the long double one in conformance):
-  // BUDGETS.md, "references", for the 1e-12 threshold.
+  // docs/budgets.md, "references", for the 1e-12 threshold.
   BudgetOptions double_budget;
   double_budget.model = BudgetModel::fixed;
   double_budget.fixed_rel_rms = 1e-12;
@@ -271,13 +271,13 @@ void register_references(Registry& registry) {
     e.name = OperandModel(rounding).name();
     e.description =
         rounding == reference::OperandRounding::split
-            ? "model of the chunked kernel until 2026-12-05: fp32, computed operands split hi + lo in the input dtype"
+            ? "model of the chunked kernel's earlier design: fp32, computed operands split hi + lo in the input dtype"
         : rounding == reference::OperandRounding::single
             ? "model of a single-rounding chunked kernel: fp32, computed operands rounded once"
         : rounding == reference::OperandRounding::split_state
             ? "model of the chunked kernel with Q S0's S0 rounded once (hi + lo on the state path only)"
         : rounding == reference::OperandRounding::split_state_pv
-            ? "model of the chunked kernel (since 2026-12-05): Q S0's S0 rounded once, Vnew split in P Vnew"
+            ? "model of the chunked kernel's current design: Q S0's S0 rounded once, Vnew split in P Vnew"
             : "model of the chunked kernel with S0 rounded once in K S0 and Q S0 and Vnew split in P Vnew";
     e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
     e.default_budget = kernel_budget;

@@ -19,7 +19,7 @@ struct RegistryEntry {
   std::string name;
   std::string description;
   std::function<std::unique_ptr<Implementation>()> make;
-  // The budget the implementation is judged by unless the user names another (BUDGETS.md):
+  // The budget the implementation is judged by unless the user names another (docs/budgets.md):
   // calibrated for anything kernel-like, tight fixed thresholds for the double references.
   BudgetOptions default_budget;
   // In the default conformance set. Planted-fault copies are registered but not default.

@@ -3,7 +3,7 @@
 // torch functions and flash-linear-attention's naive torch functions) on stored inputs, the
 // anchor that nobody in this project wrote. Files: reference/golden/data/*.json, made by the
 // scripts in reference/golden/ (README.md there: how to regenerate, and every convention
-// difference between the libraries and the spec). The peers compute in float32, so a case is a
+// difference between the libraries and docs/semantics.md). The peers compute in float32, so a case is a
 // float32-accurate result, judged with the tolerance below, not an exact one.
 #include <string>
 #include <vector>
@@ -19,8 +19,8 @@ struct GoldenCase {
   Inputs inputs;    // every value a float32 (both sides saw identical numbers)
   HostTensor<double> o, hT;  // the peer's float32 outputs, [T, HV, V] and [N, HV, K, V]
   double tolerance_o, tolerance_hT;  // bounds on golden_error (see golden_tolerance)
-  // Added beyond the brief's signature: what the peer computed, so that a precision
-  // emulation of the same formulation (emulate()) can be put beside it.
+  // What the peer computed, so that a precision emulation of the same formulation
+  // (emulate()) can be put beside it.
   Formulation formulation = Formulation::sequential;  // recurrent -> sequential, chunk -> chunked
   int chunk_size = 0;  // the peer's chunk size (0 for a recurrent one)
   std::string call;    // the exact call the generator made
@@ -53,7 +53,7 @@ double golden_error_hT(const GoldenCase& golden, const HostTensor<double>& hT);
 //   (decay, the length-K dot product S^T k whose error grows like sqrt(K) u for independent
 //   roundings, the subtraction, beta, the rank-one add: K + 8 collects them), and the output
 //   read is another length-K dot product. With |k| <= 1 and 0 <= beta <= 2 the step map is
-//   nonexpansive (spec §2), so errors made at different steps add and never grow: independent
+//   nonexpansive (semantics §2), so errors made at different steps add and never grow: independent
 //   errors add like sqrt(L). This gives a relative RMS error of about u sqrt(L (K + 8)).
 // - The factor 8 takes the RMS to the maximum over a block: a Gaussian's maximum over up to
 //   1e5 elements stays below 4.5 sigma, and a factor of almost 2 is left for correlated errors.

@@ -19,6 +19,7 @@
 #include "fuzz/catch_properties.hpp"
 #include "fuzz/generators.hpp"
 #include "fuzz/properties.hpp"
+#include "oracle/budget.hpp"
 #include "reference/chunked.hpp"
 #include "reference/prepare.hpp"
 #include "reference/sequential.hpp"
@@ -30,6 +31,13 @@ using fuzz::Case;
 using fuzz::CaseSpace;
 
 constexpr double kU = 0x1p-53;
+
+// The double references' budget (docs/budgets.md, "(d) analytic").
+oracle::BudgetOptions analytic() {
+  oracle::BudgetOptions budget;
+  budget.model = oracle::BudgetModel::analytic;
+  return budget;
+}
 
 // The double references as Implementations (test-local: the registry of named
 // implementations lives in oracle/).
@@ -60,7 +68,7 @@ class ChunkedDouble : public Implementation {
 };
 
 // The generic suite's cases: four times the default cost cap, so that K = V = 256 cases reach
-// C + 1 tokens (4.3e6 work); the whole suite still runs in well under a minute.
+// C + 1 tokens (4.3e6 work); the largest cases stay a small share of the suite.
 CaseSpace reference_space(int chunk_size) {
   CaseSpace space = CaseSpace::chunked(chunk_size);
   space.max_work = 1.2e7;
@@ -69,8 +77,8 @@ CaseSpace reference_space(int chunk_size) {
 
 // Normwise relative difference max|x - r| / max|r| (0 when both vanish).
 double relative(const HostTensor<double>& reference, const HostTensor<double>& x) {
-  const double scale = fuzz::max_abs(reference);
-  const double error = fuzz::difference(reference, x).max_abs;
+  const double scale = oracle::max_abs(reference);
+  const double error = oracle::difference(reference, x).max_abs;
   return error == 0 ? 0 : error / scale;
 }
 
@@ -83,11 +91,11 @@ TEST_CASE("property suite: sequential double reference", "[properties]") {
   SequentialDouble impl;
   CaseSpace space = reference_space(64);
   space.intermediate_states = true;
-  const auto tolerances = fuzz::Tolerances::double_reference();
+  const oracle::BudgetOptions budget = analytic();
   for (const fuzz::Property& property : fuzz::all_properties())
     fuzz::rc_section(impl.name() + ": " + property.name, [&]() {
       const Case c = *fuzz::gen_case(space);
-      fuzz::rc_require(property.check(impl, c, tolerances));
+      fuzz::rc_require(property.check(impl, c, budget));
     });
 }
 
@@ -95,11 +103,11 @@ TEST_CASE("property suite: sequential double reference", "[properties]") {
   TEST_CASE("property suite: chunked double reference, C = " #C, "[properties][chunked]") { \
     ChunkedDouble impl(C);                                                                   \
     const CaseSpace space = reference_space(C);                                              \
-    const auto tolerances = fuzz::Tolerances::double_reference();                            \
+    const oracle::BudgetOptions budget = analytic();                            \
     for (const fuzz::Property& property : fuzz::all_properties())                            \
       fuzz::rc_section(impl.name() + ": " + property.name, [&]() {                           \
         const Case c = *fuzz::gen_case(space);                                               \
-        fuzz::rc_require(property.check(impl, c, tolerances));                               \
+        fuzz::rc_require(property.check(impl, c, budget));                               \
       });                                                                                    \
   }
 GDN_CHUNKED_SUITE(1)
@@ -112,24 +120,24 @@ GDN_CHUNKED_SUITE(64)
 GDN_CHUNKED_SUITE(65)
 
 TEST_CASE("property suite: chunked double reference, random C per case", "[properties][chunked]") {
-  const auto tolerances = fuzz::Tolerances::double_reference();
+  const oracle::BudgetOptions budget = analytic();
   for (const fuzz::Property& property : fuzz::all_properties())
     fuzz::rc_section("reference.chunked.f64.random_C: " + property.name, [&]() {
       const int C = *rc::gen::inRange(1, 130);
       ChunkedDouble impl(C);
       const Case c = *fuzz::gen_case(reference_space(C));
-      fuzz::rc_require(property.check(impl, c, tolerances));
+      fuzz::rc_require(property.check(impl, c, budget));
     });
 }
 
 // ---------------------------------------------------------------------------------------------
 // What only the references are asked.
 
-// The done-when criterion of the foundation issue, as a flat bound: for every C, on
-// contractive inputs, chunked and sequential agree to 1e-12 normwise relative (o and hT).
-// The derived allowance u (64 sqrt((L + 1)(K + V)) + 16 Gamma_C) is about 2.6e-12 at its
-// largest for the generated sizes; measured differences stay near 1e-14 (fuzz/properties.hpp),
-// so the flat 1e-12 holds with a wide margin.
+// The references' contract as a flat bound: for every C, on contractive inputs, chunked and
+// sequential agree to 1e-12 normwise relative (o and hT). The analytic budget
+// u (64 sqrt((L + 1)(K + V)) + 16 Gamma_C) is about 2.6e-12 at its largest for the generated
+// sizes; measured differences stay near 1e-14 (docs/budgets.md, "(d) analytic"), so the flat
+// 1e-12 holds with a wide margin.
 TEST_CASE("sequential equals chunked for every C to 1e-12 relative", "[reference][chunked]") {
   double worst = 0;
   fuzz::rc_section("sequential == chunked (C in 1..129)", [&worst]() {
@@ -148,7 +156,7 @@ TEST_CASE("sequential equals chunked for every C to 1e-12 relative", "[reference
 // Long double certifies double: both double references within the double allowance of the
 // long double recurrence (matches_long_double above); here the long double chunked form
 // against the long double recurrence, compared in long double, under the same error model at
-// long double's own u = 2^-64 (Tolerance::long_double_reference()).
+// long double's own u = 2^-64 (the analytic budget at precision f80).
 TEST_CASE("long double chunked equals long double sequential", "[reference][long_double]") {
   fuzz::rc_section("chunked<long double> == sequential<long double>", []() {
     const int C = *rc::gen::inRange(1, 80);
@@ -158,10 +166,8 @@ TEST_CASE("long double chunked equals long double sequential", "[reference][long
     const Inputs in = c.inputs();
     const auto s = reference::sequential<long double>(c.problem, in);
     const auto k = reference::chunked<long double>(c.problem, in, C);
-    const fuzz::Tolerance t = fuzz::Tolerance::long_double_reference();
     const long double allowed =
-        t.relative_per_sqrt_work * std::sqrt(double(c.longest_sequence() + 1) * (c.problem.K + c.problem.V)) +
-        t.relative_per_log_decay * fuzz::chunk_log_decay(c.problem, in, C, /*long_double=*/true);
+        oracle::analytic_relative_bound(c.problem, in, Formulation::chunked, C, /*long_double=*/true);
     auto relative_ld = [](const HostTensor<long double>& r, const HostTensor<long double>& x) {
       long double scale = 0, error = 0;
       for (std::int64_t i = 0; i < r.numel(); ++i) {
@@ -277,9 +283,10 @@ TEST_CASE("chunked intermediates follow their definitions", "[reference][chunked
         for (int vv = 0; vv < V; ++vv)
           expected(kk, vv) = p.state_layout == StateLayout::k_major ? state[std::int64_t(kk) * V + vv]
                                                                     : state[std::int64_t(vv) * K + kk];
-      const double allowed = 64 * kU * std::sqrt(double(c.longest_sequence() + 1) * (K + V)) *
-                                 std::max(expected.cwiseAbs().maxCoeff(), fuzz::max_abs(states.intermediate)) +
-                             1e-300;
+      const double allowed =
+          oracle::analytic_relative_bound(p, in, Formulation::sequential, 0, /*long_double=*/false) *
+              std::max(expected.cwiseAbs().maxCoeff(), oracle::max_abs(states.intermediate)) +
+          1e-300;
       RC_ASSERT((r.S_end - expected).cwiseAbs().maxCoeff() <= allowed);
       previous = &r;
     }
@@ -321,8 +328,9 @@ TEST_CASE("fused gates equal direct gates from the formula of section 3", "[refe
     // Allowance: twice the double references' (two runs), plus g and beta differing by a few u:
     // a relative change d in the decay or write strength changes o and hT by at most about
     // L d relative (one factor per token), L * 8 u.
-    const double allowed = 2 * 64 * kU * std::sqrt(double(c.longest_sequence() + 1) * (c.problem.K + c.problem.V)) +
-                           8 * kU * double(c.longest_sequence() + 1);
+    const double allowed =
+        2 * oracle::analytic_relative_bound(c.problem, in_fused, Formulation::sequential, 0, /*long_double=*/false) +
+        8 * kU * double(c.longest_sequence() + 1);
     RC_ASSERT(relative(b.o, a.o) <= allowed);
     if (fused.has_hT) RC_ASSERT(relative(b.hT, a.hT) <= allowed);
   }, 200);

@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""Builds the accuracy and speed reports from committed results, in one command:
+"""Builds the accuracy and speed reports from the current result sets, in one command:
 
     python3 reports/make_reports.py --results reports/results --out reports/
 
-Reads every *.json / *.jsonl under --results (verdict JSON of `gdn-testbed verify / fuzz /
-conformance --json`, adapter logs of reports/adapters/gdn_adapter.py, Google Benchmark JSON,
-peer JSON: schemas in reports/README.md) and writes, atomically, --out/accuracy.md,
---out/speed.md and their plots under --out/plots/. Exit status: 0 on success, 2 when an input
-breaks its schema (the message names the file and the rule), 77 when matplotlib is missing
-(CTest's skip code: the plots cannot be drawn without it).
+Reads every *.json / *.jsonl under --results (one folder per device kind: results/<kind>/, the
+layout and schemas in reports/README.md) and writes, atomically, --out/accuracy.md,
+--out/speed.md, their detail files under --out/details/ and their plots under --out/plots/;
+plots and detail files of an earlier run that this run did not write are removed, so that
+what is there comes from the current results only. A missing result file shows as a "not
+measured" row. Exit status: 0 on success, 2 when an input breaks its schema (the message names
+the file and the rule; nothing is written), 77 when matplotlib is missing (CTest's skip code).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -55,16 +57,27 @@ def main(argv: list[str] | None = None) -> int:
     generated = args.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     plot_dir = out_dir / "plots"
 
-    accuracy_text = accuracy.build(results, out_dir, plot_dir, command, generated)
-    speed_text = speed.build(results, out_dir, plot_dir, command, generated)
+    existing_plots = set(plot_dir.glob("accuracy_*.png")) | set(plot_dir.glob("speed_*.png"))
+    existing_details = set((out_dir / "details").glob("*.md"))
+    accuracy_text, accuracy_details = accuracy.build(results, out_dir, plot_dir, command, generated)
+    speed_text, speed_details = speed.build(results, out_dir, plot_dir, command, generated)
     if results.ignored:
         note = "\n## Ignored files\n\n" + "\n".join(f"- `{path}`: {why}" for path, why in results.ignored) + "\n"
         accuracy_text += note
         speed_text += note
+    details = {**accuracy_details, **speed_details}
+    for name, text in details.items():
+        write_text_atomically(out_dir / name, text)
     write_text_atomically(out_dir / "accuracy.md", accuracy_text)
     write_text_atomically(out_dir / "speed.md", speed_text)
+    written = {out_dir / name for name in details}
+    linked = {out_dir / link for text in (accuracy_text, speed_text)
+              for link in re.findall(r"!\[[^\]]*\]\((plots/[^)]+)\)", text)}
+    for stale in sorted((existing_plots - linked) | (existing_details - written)):
+        stale.unlink()
     print(f"make_reports: {len(results.verdicts)} verdicts, {len(results.benchmarks)} benchmarks, "
-          f"{len(results.peers)} peer results -> {out_dir / 'accuracy.md'}, {out_dir / 'speed.md'}, {plot_dir}/")
+          f"{len(results.peers)} peer results -> {out_dir / 'accuracy.md'}, {out_dir / 'speed.md'}, "
+          f"{len(details)} detail files, {len(linked)} plots")
     return 0
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Peer run: flash-linear-attention's chunk_gated_delta_rule at the shapes of
-cuda/chunked_bench.cpp (issue 4), with the same counters.
+cuda/bench/chunked_bench.cpp, with the same counters.
 
 bf16 q/k/v, fp32 g (log-space, log U[0.9, 1]) and beta (U[0, 1)), K = V = 128, in-kernel
 l2norm, fp32 initial state [N, HV, K, V] read and final state written, packed sequences with
@@ -9,25 +9,29 @@ cu_seqlens (B = 1). Counters as ours: tokens/s, TFLOP/s at the same FLOP count
 of the device-to-device copy bandwidth measured here.
 
 Times are triton.testing.do_bench medians (CUDA events around each call, Python launch cost
-included, as in our launch-per-iteration benchmark). FLA_BREAKDOWN=1 also records each shape's
-device time per kernel (torch.profiler, mean of 20 calls) under "breakdown". Results are rewritten atomically to
-$OUT/fla_chunk.json after every shape, so a timeout keeps what was measured.
+included, as in our launch-per-iteration benchmark). --breakdown also records each shape's
+device time per kernel (torch.profiler, mean of 20 calls) under "breakdown". Results are
+rewritten atomically to --out (default $OUT/peer_fla_chunk.json, the result set's name) after
+every shape, so a timeout keeps what was measured.
+
+    python3 cuda/peers/fla_chunk.py --out results/h100/peer_fla_chunk.json --commit abc1234 [--only a,b]
+    python3 cuda/peers/fla_chunk.py --warmup     # compile and autotune only, writes nothing kept
 """
-import datetime
 import json
 import os
 import sys
 
 import torch
-import triton
 from triton.testing import do_bench
 
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402
+
 K = V = 128
 C = 64
-OUT = os.environ.get("OUT", ".")
-PATH = os.path.join(OUT, "fla_chunk.json")
+PATH = ""  # --out (the warm-up writes a scratch file)
 
 SHAPES = [
     ("qwen3next_4x8192", 16, 32, [8192] * 4),
@@ -39,23 +43,11 @@ SHAPES = [
 ]
 
 
-def write(results):
-    tmp = PATH + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=2)
-    os.replace(tmp, PATH)
-
-
-def copy_bandwidth(nbytes=2 << 30):
-    src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    t = do_bench(lambda: dst.copy_(src), warmup=50, rep=200, return_mode="median") * 1e-3
-    return 2.0 * nbytes / t
 
 
 def breakdown(fn, name, results, calls=20):
     """Device time per kernel of one call (mean over `calls` profiled calls), with torch.profiler:
-    where fla's time goes, stage by stage (FLA_BREAKDOWN=1)."""
+    where fla's time goes, stage by stage (--breakdown)."""
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
@@ -74,33 +66,26 @@ def breakdown(fn, name, results, calls=20):
     entry = {"name": name, "calls": calls, "total_kernel_us": total,
              "kernels_us": dict(sorted(kernels.items(), key=lambda kv: -kv[1]))}
     results.setdefault("breakdown", []).append(entry)
-    write(results)
+    peer_common.write(PATH, results)
     print(json.dumps(entry), flush=True)
 
 
 def main():
-    props = torch.cuda.get_device_properties(0)
-    results = {
-        "peer": "flash-linear-attention chunk_gated_delta_rule",
-        "fla_version": getattr(__import__("fla"), "__version__", "?"),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "device": f"{props.name} ({props.multi_processor_count} SMs)",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": os.environ.get("GDN_COMMIT", ""),
-        "command": os.environ.get("GDN_COMMAND", " ".join(sys.argv)),
-        "timing": "triton.testing.do_bench median, warmup 25 ms, rep 200 ms",
-        "dtypes": "q, k, v bf16; g, beta fp32; h0, hT fp32; l2norm in kernel",
-        "results": [],
-    }
-    if os.environ.get("FLA_WARMUP"):
-        global PATH
-        PATH = "/tmp/fla_chunk_warmup.json"
-    copy_bw = 1.0 if os.environ.get("FLA_WARMUP") else copy_bandwidth()
+    global PATH
+    parser = peer_common.parser(__doc__.split("\n\n")[0], "peer_fla_chunk.json")
+    parser.add_argument("--only", default="", help="comma-separated shape names (default: all)")
+    parser.add_argument("--breakdown", action="store_true", help="also record the device time per kernel")
+    parser.add_argument("--warmup", action="store_true", help="compile and autotune only (nothing kept)")
+    args = parser.parse_args()
+    PATH = "/tmp/fla_chunk_warmup.json" if args.warmup else args.out
+    results = peer_common.header("flash-linear-attention chunk_gated_delta_rule", "fla", args,
+                                 "triton.testing.do_bench median, warmup 25 ms, rep 200 ms",
+                                 dtypes="q, k, v bf16; g, beta fp32; h0, hT fp32; l2norm in kernel")
+    copy_bw = 1.0 if args.warmup else peer_common.copy_bandwidth()
     results["copy_GBps"] = copy_bw * 1e-9
-    write(results)
+    peer_common.write(PATH, results)
     print(f"copy bandwidth {copy_bw * 1e-9:.1f} GB/s", flush=True)
-    only = os.environ.get("FLA_ONLY", "")
+    only = args.only
     for name, H, HV, lengths in SHAPES:
         if only and name not in only.split(","):
             continue
@@ -123,7 +108,7 @@ def main():
             return chunk_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=h0, output_final_state=True,
                                           use_qk_l2norm_in_kernel=True, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
 
-        if os.environ.get("FLA_WARMUP"):
+        if args.warmup:
             # Compile and autotune only (Triton caches the binaries on disk): run while the
             # GPU does other work, so that the timed run later measures no compilation.
             try:
@@ -145,7 +130,7 @@ def main():
             fn()
             torch.cuda.synchronize()
             t = do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e-3
-        if os.environ.get("FLA_BREAKDOWN"):
+        if args.breakdown:
             breakdown(fn, name, results)
         flops = T * HV * (4.0 * C * (K + V) + 6.0 * K * V)
         min_bytes = T * (2 * H * K + 2 * HV * V) * 2 + T * HV * 2 * 4 + 2 * N * HV * K * V * 4
@@ -153,12 +138,12 @@ def main():
                  "tokens_per_s": T / t, "TFLOPs": flops / t * 1e-12, "GBps": min_bytes / t * 1e-9,
                  "fraction_of_copy": min_bytes / t / copy_bw}
         results["results"].append(entry)
-        write(results)
+        peer_common.write(PATH, results)
         print(json.dumps(entry), flush=True)
         del q, k, v, g, beta, h0
         torch.cuda.empty_cache()
     results["complete"] = True
-    write(results)
+    peer_common.write(PATH, results)
 
 
 if __name__ == "__main__":

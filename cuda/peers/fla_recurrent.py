@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Peer run: flash-linear-attention's fused_recurrent_gated_delta_rule at the shapes of
-cuda/cuda_bench_decode.cpp and cuda/cuda_bench_recurrent.cpp, with the same counters.
+cuda/bench/decode_bench.cpp and cuda/bench/recurrent_bench.cpp, with the same counters.
 
 Decode: B requests x 1 token, H = 16, HV = 32, K = V = 128, bf16 q/k/v, fp32 g/beta, in-kernel
 l2norm, fp32 initial state [B, HV, K, V] read and final state written (fla has no in-place
@@ -10,41 +10,31 @@ Prefill: packed batches (B = 1 with cu_seqlens), dense h0/hT, same dtypes.
 Times are triton.testing.do_bench medians: CUDA events around each call, after do_bench's L2
 flush (a 256 MB zero fill), which keeps the GPU busy while Python enqueues, so most of the
 launch cost is hidden. Decode also gets `held_ms`: the median of events around each call with
-the stream held by a spin kernel (torch.cuda._sleep, ~0.5 ms) until the call is enqueued, the
-method of our benchmarks' held rows (cuda/bench_common.hpp), no flush (the states of 64 or more
-requests do not fit in L2 anyway). Results are rewritten atomically to
-$OUT/fla_recurrent.json after every shape, so a timeout keeps what was measured.
+the stream held by a spin kernel (torch.cuda._sleep) until the call is enqueued, the method of
+our benchmarks' held rows (cuda/bench/bench_common.hpp), no flush (the states of 64 or more
+requests do not fit in L2 anyway). Results are rewritten atomically to --out (default
+$OUT/peer_fla_recurrent.json, the result set's name) after every shape, so a timeout keeps what
+was measured.
+
+    python3 cuda/peers/fla_recurrent.py --out results/h200/peer_fla_recurrent.json --commit abc1234 [--only decode]
+    python3 cuda/peers/fla_recurrent.py --one-decode   # five one-request calls, for a profiler
 """
-import datetime
 import json
-import math
 import os
 import sys
-import time
 
 import torch
-import triton
 from triton.testing import do_bench
 
 from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common  # noqa: E402
+
 H, HV, K, V = 16, 32, 128, 128
-OUT = os.environ.get("OUT", ".")
-PATH = os.path.join(OUT, "fla_recurrent.json")
+PATH = ""  # --out
 
 
-def write(results):
-    tmp = PATH + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=2)
-    os.replace(tmp, PATH)
-
-
-def copy_bandwidth(nbytes=2 << 30):
-    src = torch.ones(nbytes, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    t = do_bench(lambda: dst.copy_(src), warmup=50, rep=200, return_mode="median") * 1e-3
-    return 2.0 * nbytes / t
 
 
 def inputs(T, N, dev="cuda"):
@@ -63,7 +53,7 @@ def held_median(fn, reps=100):
     times = []
     for _ in range(reps):
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1_000_000)  # about 0.5 ms of spinning at the H200's clocks
+        torch.cuda._sleep(1_000_000)  # spin long enough for fn to be enqueued behind it
         begin.record()
         fn()
         end.record()
@@ -80,7 +70,7 @@ def record(results, kind, shape, seconds, state_bytes, T, copy_bw, held=None):
     if held is not None:
         entry.update(held_ms=held * 1e3, held_fraction_of_copy=state_bytes / held / copy_bw)
     results["results"].append(entry)
-    write(results)
+    peer_common.write(PATH, results)
     print(json.dumps(entry), flush=True)
 
 
@@ -96,27 +86,22 @@ def one_decode():
 
 
 def main():
-    if "--one-decode" in sys.argv:
+    global PATH
+    parser = peer_common.parser(__doc__.split("\n\n")[0], "peer_fla_recurrent.json")
+    parser.add_argument("--only", default="", choices=["", "decode", "prefill"], help="one kind only")
+    parser.add_argument("--one-decode", action="store_true", help="five one-request decode calls, nothing written")
+    args = parser.parse_args()
+    if args.one_decode:
         return one_decode()
-    props = torch.cuda.get_device_properties(0)
-    results = {
-        "peer": "flash-linear-attention fused_recurrent_gated_delta_rule",
-        "fla_version": __import__("fla").__version__,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "device": f"{props.name} ({props.multi_processor_count} SMs)",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "commit": os.environ.get("GDN_COMMIT", ""),
-        "command": os.environ.get("GDN_COMMAND", " ".join(sys.argv)),
-        "timing": "triton.testing.do_bench median, warmup 25 ms, rep 100 ms",
-        "results": [],
-    }
-    copy_bw = copy_bandwidth()
+    PATH = args.out
+    results = peer_common.header("flash-linear-attention fused_recurrent_gated_delta_rule", "fla", args,
+                                 "triton.testing.do_bench median, warmup 25 ms, rep 100 ms")
+    copy_bw = peer_common.copy_bandwidth()
     results["copy_GBps"] = copy_bw * 1e-9
-    write(results)
+    peer_common.write(PATH, results)
     print(f"copy bandwidth {copy_bw * 1e-9:.1f} GB/s", flush=True)
 
-    only = os.environ.get("FLA_ONLY", "")
+    only = args.only
     if only in ("", "decode"):
         for batch in (1, 64, 256, 1024):
             q, k, v, g, beta, h0 = inputs(batch, batch)
@@ -153,7 +138,7 @@ def main():
             record(results, "prefill", {"sequences": sequences, "length": length, "T": T}, t,
                    state_bytes, T, copy_bw)
     results["complete"] = True
-    write(results)
+    peer_common.write(PATH, results)
 
 
 if __name__ == "__main__":

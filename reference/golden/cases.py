@@ -30,7 +30,7 @@ def case(name, B, T0, H, HV, K, V, l2norm, h0, regime, beta_max=1.0, scale=None,
 
 # T0 values are chosen around the peers' chunk size 64 (1, 40, 50, 64, 65, 66, 67, 70, 75, 90, 130, 256) so
 # the chunk functions run with padding (T0 % 64 != 0), without it, and over several chunks.
-# With l2norm off, keys are drawn with unit norm so the recurrence is a contraction (spec §2).
+# With l2norm off, keys are drawn with unit norm so the recurrence is a contraction (docs/semantics.md §2).
 CASES = [
     case("mha_unit_keys", 1, 64, 2, 2, 12, 12, False, False, "mild"),
     case("odd_sizes_l2norm_h0", 1, 70, 1, 1, 17, 33, True, True, "mild"),
@@ -86,7 +86,7 @@ def make_inputs(index, c, l2norm):
 
 
 def repeat_heads(x, HV):
-    """GVA for peers without it: value head j reads query/key head j // (HV / H) (spec §1)."""
+    """GVA for peers without it: value head j reads query/key head j // (HV / H) (docs/semantics.md §1)."""
     H = x.shape[2]
     return np.repeat(x, HV // H, axis=2)
 

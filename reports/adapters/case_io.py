@@ -2,7 +2,7 @@
 is installed and through a small built-in codec when it is not (a GPU machine may have torch
 and Triton but not safetensors, and cannot reach a package index).
 
-The built-in codec follows the format as oracle/CASE_FILES.md and upstream describe it:
+The built-in codec follows the format as docs/case_files.md and upstream describe it:
 8-byte little-endian header length, a JSON header (tensor name -> dtype, shape, data_offsets;
 optional "__metadata__" of strings) padded with spaces to a multiple of 8, then the tensors'
 bytes back to back, in name order, covering the buffer exactly. Set GDN_SAFETENSORS=builtin to

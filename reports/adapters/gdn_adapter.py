@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs an external implementation of the gated delta rule on gdn-testbed case files.
 
-`gdn-testbed generate` writes case files (safetensors, format gdn-case/1, oracle/CASE_FILES.md).
+`gdn-testbed generate` writes case files (safetensors, format gdn-case/1, docs/case_files.md).
 This driver reads each one, hands its problem and input tensors to an implementation, and
 writes the implementation's outputs back as the `out.*` tensors, with `gdn.implementation`,
 `gdn.formulation`, `gdn.chunk_size`, `gdn.versions` and `gdn.device`, keeping every other tensor
@@ -20,14 +20,14 @@ An implementation is any Python object (a module or an instance) with:
     def run(problem: dict, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 `run` receives
-  problem  the case file's `gdn.problem` object exactly as CASE_FILES.md defines it (keys
+  problem  the case file's `gdn.problem` object exactly as docs/case_files.md defines it (keys
            cu_seqlens, T, H, HV, K, V, scale, use_qk_l2norm, has_h0, has_hT, state_layout,
            state_slots, store_intermediate_states, input_dtype, gate_dtype, gate_mode,
            allow_negative_eigenvalues);
   tensors  every input tensor of the file by its case-file name (cu_seqlens, q, k, v, g, beta
            or a, b, A_log, dt_bias, h0, state_indices: whichever the problem uses), in the
            file's dtypes, already on the device the driver was given, in gdn-testbed's
-           conventions (shared/spec/semantics.md section 1: packed [T, ...] without a batch
+           conventions (docs/semantics.md section 1: packed [T, ...] without a batch
            axis, state [N, HV, K, V] K-major or [N, HV, V, K] when state_layout is v_major).
 and returns {"o": [T, HV, V]} plus "hT" (problem.state_shape) when has_hT, plus
 "intermediate" ([T, HV, K, V] in the state layout) when store_intermediate_states. Outputs may

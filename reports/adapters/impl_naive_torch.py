@@ -2,7 +2,7 @@
 adapting another library (see gdn_adapter.py for the interface), and the implementation that
 tests the adapter's plumbing on a machine without a GPU.
 
-It follows shared/spec/semantics.md literally and supports every problem a case file can hold
+It follows docs/semantics.md literally and supports every problem a case file can hold
 (GVA, l2norm, h0/hT, both state layouts, fused gates, state caches with -1 padding,
 intermediate states). Being slow (a Python loop over tokens), it suits small cases only.
 Outputs are rounded to what a kernel stores: o in the input dtype, states in fp32.

@@ -2,7 +2,7 @@
 """Case files for a campaign against an external kernel whose compile cost is per shape.
 
 Why not `gdn-testbed generate`: its sampler draws H, HV, K, V, dtypes and every flag at random
-for each case (cli/sampler.cpp), and it has no option to pin them. flash-linear-attention's
+for each case (fuzz/sample.cpp), and it has no option to pin them. flash-linear-attention's
 Triton kernels compile (and the chunk path autotunes, 40-60 s) for every new combination of
 head counts, head sizes, dtypes and flags, so a few hundred generated cases would be a few
 hundred compilations. This script holds those fixed to a handful of *variants* and fuzzes what
@@ -15,7 +15,7 @@ input dtype; g by regime (no_decay 0, mild log U(0.9, 1), strong U(-5, -0.5), un
 with one token in eight at -1e4); beta ~ U(0, beta_max); fused gates with A_log = log U(1, 16)
 and the regime's dt_bias; h0 ~ N(0, 0.5^2) in fp32. They are not bit-identical to
 make_inputs' (another random generator), so `gdn.generator` names this script as its source.
-The files are format gdn-case/1 (oracle/CASE_FILES.md); `gdn-testbed verify` reads them.
+The files are format gdn-case/1 (docs/case_files.md); `gdn-testbed verify` reads them.
 
     python3 reports/campaign/make_cases.py --out DIR [--seed 1] [--plan fla|small|tiny]
 """
@@ -55,7 +55,7 @@ REGIMES = ("no_decay", "mild", "strong", "underflow")
 
 
 def sequence_lengths(rng: random.Random, cap: int) -> list[int]:
-    """Like cli/sampler.cpp: lengths at and around the chunk size and its multiples, short
+    """Like fuzz/sample.cpp: lengths at and around the chunk size and its multiples, short
     ones, zero, one, and uniform ones, within the variant's token cap."""
     lengths, total = [], 0
     for _ in range(rng.randint(1, 4)):
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--plan", choices=sorted(PLANS), default="fla",
-                        help="case count: fla 300 (the H200 campaign), small 60, tiny 16 (tests)")
+                        help="case count: fla 300 (the GPU campaign), small 60, tiny 16 (tests)")
     parser.add_argument("--cases", type=int, default=0, help="override the plan's case count")
     parser.add_argument("--variants", default="", help="comma-separated subset of: " + ", ".join(VARIANTS))
     args = parser.parse_args(argv)

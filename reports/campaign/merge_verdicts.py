@@ -4,7 +4,7 @@ wrote into one, with the provenance the reports state (device, date, commit, com
 copies a few failing case files for replay.
 
     python3 reports/campaign/merge_verdicts.py --out verify_fla_chunk.json --device "NVIDIA H200" \
-        --command "reports/campaign/fla_h200.sh ..." [--failures DIR] SHARD.json...
+        --command "scripts/gpu_run.sh ..." [--failures DIR] SHARD.json...
 
 The output keeps gdn-testbed's format (format, command, versions, summary, verdicts) and adds
 top-level device, date, commit and shards; it is written atomically.

@@ -1,13 +1,16 @@
-"""The accuracy report: every verdict's error against its budget, per implementation, broken
-down by input dtype, sequence length, head size and gate regime, with plots of error against
-sequence length and of error over budget."""
+"""The accuracy report: one summary row per implementation and judge (GPU suite, fuzz, CLI
+conformance, verify of an external kernel, the chunked accuracy judge) with its verdict counts,
+worst error/budget and relative RMS error, two plots (error against sequence length, error over
+budget), and per device kind a detail file broken down by property, input dtype, sequence
+length, head size and gate regime, with the failures and skips."""
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .common import fmt, maximum, median, provenance_table, save_figure_atomically, table
+from .common import fmt, maximum, median, save_figure_atomically, table
+from .inputs import device_kind
 
 # Buckets of the longest sequence of a case: a chunked kernel changes behaviour at one chunk
 # (64 tokens) and then every few chunks, so the edges follow powers of four from 64.
@@ -17,7 +20,10 @@ DTYPE_ORDER = ["f64", "f32", "bf16", "f16"]
 
 
 def longest_sequence(v) -> tuple[int | None, bool]:
-    """(longest sequence length, exact?): exact from cu_seqlens; T / N (the mean) otherwise."""
+    """(longest sequence length, exact?): exact from cu_seqlens (or a campaign summary's
+    `longest`); T / N (the mean) otherwise."""
+    if v.problem.get("longest") is not None:
+        return int(v.problem["longest"]), True
     cu = v.problem.get("cu_seqlens")
     if isinstance(cu, list) and len(cu) >= 2:
         return max(int(b) - int(a) for a, b in zip(cu, cu[1:])), True
@@ -50,6 +56,8 @@ def gate_regime(v) -> str:
     """The generator's decay regime (fuzz::GateRegime), with +fused for in-kernel gates and
     +negeig when beta may exceed 1; "not recorded" when neither the verdict nor an adapter log
     carries the case's gdn.generator (hand-made and shrunk cases have none)."""
+    if v.regime:
+        return v.regime
     if v.generator is None:
         base = "not recorded"
     else:
@@ -188,84 +196,210 @@ def _plots(verdicts, out_dir: Path, plot_dir: Path) -> list[tuple[str, Path]]:
     return written
 
 
-def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) -> str:
-    verdicts = results.verdicts
-    verdict_inputs = [p for p in results.provenance
-                      if p.kind in ("verdicts", "adapter log", "conformance tally", "fuzz results")]
-    lines = ["# Accuracy report", "",
-             f"Generated {generated} by `{command}` from the committed results below. "
-             "Errors are against the double-precision oracle; a verdict passes when every check's "
-             "error is within its budget (oracle/BUDGETS.md), error/budget is the worst check's margin.",
-             "", "## Inputs", "", provenance_table(verdict_inputs) if verdict_inputs else "No verdict files found.", ""]
-    if results.tallies:
-        lines += ["## Conformance tallies", "",
-                  "Counts the GPU conformance suite wrote (no per-case verdicts): cases run, failed and skipped "
-                  "per kernel and property, with the worst error/budget seen.", "",
+def origin(implementation: str) -> str:
+    """ours (the project's CUDA kernels), reference (its references and models), or external."""
+    name = implementation.split(" [")[0]
+    if name.startswith("cuda."):
+        return "ours"
+    if name.startswith(("reference.", "model.", "emulation", "oracle")):
+        return "reference"
+    return "external"
+
+
+ORIGIN_ORDER = {"ours": 0, "external": 1, "reference": 2}
+
+
+def summary_rows(results) -> list[dict]:
+    """One row per implementation and judge: the GPU suite's tallies, the fuzz campaign's
+    tallies, each file of verdicts (CLI conformance, verify of an external kernel), and the
+    chunked accuracy judge's errors. The test recomputes these from the raw inputs."""
+    rows = []
+    suite = defaultdict(list)
+    for t in results.tallies:
+        suite[(device_kind(t["source"]), t["source"], t["kernel"])].append(t)
+    for (kind, source, kernel), group in suite.items():
+        run, failed, skipped = (sum(t[k] for t in group) for k in ("run", "failed", "skipped"))
+        rows.append({"implementation": kernel, "judge": f"GPU suite, {len(group)} properties", "kind": kind,
+                     "source": source, "pass": run - failed, "fail": failed, "error": None, "skipped": skipped,
+                     "worst_margin": maximum([t["worst_margin"] for t in group]), "median_o": None, "max_o": None})
+    for t in results.fuzz:
+        rows.append({"implementation": t["implementation"], "judge": "fuzz", "kind": device_kind(t["source"]),
+                     "source": t["source"], "pass": t["pass"], "fail": t["fail"], "error": t["error"],
+                     "skipped": t["skipped"], "worst_margin": t["worst_margin"], "median_o": None, "max_o": None})
+    groups = defaultdict(list)
+    for v in results.verdicts:
+        groups[(device_kind(v.source), v.source, v.judge, v.implementation)].append(v)
+    for (kind, source, judge, name), group in groups.items():
+        s = summarize(group)
+        rows.append({"implementation": name, "judge": judge or "verdicts", "kind": kind, "source": source,
+                     "pass": s["PASS"], "fail": s["FAIL"], "error": s["ERROR"], "skipped": s["SKIPPED"],
+                     "worst_margin": s["max_margin"], "median_o": s["median_rel_rms_o"], "max_o": s["max_rel_rms_o"]})
+    measured = defaultdict(list)
+    for e in results.errors:
+        measured[(device_kind(e["source"]), e["source"], e["implementation"])].append(e)
+    for (kind, source, name), group in measured.items():
+        rows.append({"implementation": name, "judge": f"chunked accuracy judge, {len(group)} cases", "kind": kind,
+                     "source": source, "pass": None, "fail": None, "error": None, "skipped": None,
+                     "worst_margin": None, "median_o": median([e["rel_rms_o"] for e in group]),
+                     "max_o": maximum([e["rel_rms_o"] for e in group])})
+    rows.sort(key=lambda r: (ORIGIN_ORDER[origin(r["implementation"])], r["implementation"], r["kind"], r["judge"]))
+    return rows
+
+
+SUMMARY_TABLE_HEADERS = ["implementation", "origin", "device kind", "judged by", "pass", "fail", "error", "skipped",
+                         "worst error/budget", "median rel RMS o", "max rel RMS o", "run"]
+
+# What the summary expects from every result set: a kind that lacks one shows a "not measured" row.
+EXPECTED = [("conformance tally", "GPU suite (conformance.json)"), ("campaign summary", "campaign (campaign/summary.json)")]
+
+
+def _cell(value):
+    return "n/a" if value is None else value
+
+
+def run_label(p) -> str:
+    return f"`{p.path}`"
+
+
+def runs_table(provenance) -> str:
+    return table(["run", "device", "date", "commit", "command"],
+                 [[run_label(p), p.device or "not recorded", p.date or "not recorded", p.commit or "not recorded",
+                   f"`{p.command}`" if p.command else "not recorded"] for p in provenance])
+
+
+def sanitizer_line(results, kind: str) -> str:
+    entries = [s for s in results.sanitize if device_kind(s["source"]) == kind]
+    if not entries:
+        return f"- {kind}: not measured (no sanitize.json)"
+    parts = []
+    for s in entries:
+        if not s.get("run"):
+            parts.append(f"{s['tool']} not run")
+            continue
+        count = f"{s['hazards']} hazards" if "hazards" in s else f"{_cell(s.get('errors'))} errors"
+        parts.append(f"{s['tool']} {count}, exit {_cell(s.get('exit_code'))}" + ("" if s.get("passed") else " **NOT CLEAN**"))
+    filters = sorted({s.get("filter") for s in entries if s.get("filter")})
+    return f"- {kind}: " + "; ".join(parts) + (f" (tests: {', '.join(filters)})" if filters else "")
+
+
+def details(results, kind: str) -> str:
+    """Everything per case and per property of one device kind's result set."""
+    inputs = [p for p in results.provenance if device_kind(p.path) == kind and p.kind not in ("google-benchmark",)
+              and not p.kind.startswith("peer")]
+    verdicts = [v for v in results.verdicts if device_kind(v.source) == kind]
+    lines = [f"# Accuracy details: {kind}", "", "Back to [the accuracy report](../accuracy.md).", "",
+             "## Inputs", "", runs_table(inputs) if inputs else "No accuracy inputs.", ""]
+    tallies = [t for t in results.tallies if device_kind(t["source"]) == kind]
+    if tallies:
+        lines += ["## GPU suite, per property", "",
+                  "Checks run, failed and skipped per kernel and property, with the worst error/budget seen.", "",
                   table(["input", "kernel", "property", "run", "failed", "skipped", "worst error/budget"],
                         [[t["source"], t["kernel"], t["property"], t["run"], t["failed"], t["skipped"],
-                          fmt(t["worst_margin"])] for t in results.tallies]), ""]
-    if results.fuzz:
+                          fmt(t["worst_margin"])] for t in tallies]), ""]
+    sanitize = [s for s in results.sanitize if device_kind(s["source"]) == kind]
+    if sanitize:
+        lines += ["## Sanitizers", "",
+                  table(["tool", "run", "errors", "hazards", "exit code", "passed", "tests", "filter"],
+                        [[s["tool"], s.get("run"), _cell(s.get("errors")), _cell(s.get("hazards")), _cell(s.get("exit_code")),
+                          _cell(s.get("passed")), s.get("tests", ""), s.get("filter", "")] for s in sanitize]), ""]
+    fuzz = [t for t in results.fuzz if device_kind(t["source"]) == kind]
+    if fuzz:
         lines += ["## Fuzz campaigns", "",
-                  "Tallies of `gdn-testbed fuzz` runs (random cases; failures shrunk and saved as case files).", "",
                   table(["input", "implementation", "pass", "fail", "error", "skipped", "worst error/budget",
                          "worst case", "run cases", "seconds"],
                         [[t["source"], t["implementation"], t["pass"], t["fail"], t["error"], t["skipped"],
                           fmt(t["worst_margin"]), t["worst_case"], t["cases"] if t["cases"] is not None else "n/a",
-                          fmt(t["seconds"])] for t in results.fuzz]), ""]
-        if results.fuzz_failures:
+                          fmt(t["seconds"])] for t in fuzz]), ""]
+        shrunk = [f for f in results.fuzz_failures if device_kind(f["source"]) == kind]
+        if shrunk:
             lines += ["### Shrunk fuzz failures", "",
                       table(["input", "implementation", "status", "shrunk problem", "verdict", "replay"],
                             [[f["source"], f["implementation"], f["status"], f["shrunk_problem"], f["summary"][:160],
-                              f"`{f['replay']}`" if f["replay"] else ""] for f in results.fuzz_failures[:30]]), ""]
-    if not verdicts:
-        lines += ["No verdicts: nothing more to report.", ""]
-        return "\n".join(lines)
-
-    by_impl = defaultdict(list)
-    for v in verdicts:
-        by_impl[v.implementation].append(v)
-    lines += ["## Per implementation", "",
-              table(["implementation"] + SUMMARY_HEADERS,
-                    [[name] + summary_cells(summarize(group)) for name, group in sorted(by_impl.items())]), ""]
-
-    for dimension, key in DIMENSIONS:
-        groups = defaultdict(list)
+                              f"`{f['replay']}`" if f["replay"] else ""] for f in shrunk[:30]]), ""]
+            if len(shrunk) > 30:
+                lines += [f"... and {len(shrunk) - 30} more.", ""]
+    errors = [e for e in results.errors if device_kind(e["source"]) == kind]
+    if errors:
+        lines += ["## Chunked accuracy judge, per case", "",
+                  "Relative RMS error against the exact recurrence on the same inputs (no budget: a measurement).", "",
+                  table(["case", "problem", "implementation", "rel RMS o", "rel RMS hT"],
+                        [[e["case"], e["problem"], e["implementation"], fmt(e["rel_rms_o"]), fmt(e["rel_rms_hT"])]
+                         for e in errors]), ""]
+    if verdicts:
+        by_impl = defaultdict(list)
         for v in verdicts:
-            groups[(v.implementation, key(v))].append(v)
-        rows = [[name, value] + summary_cells(summarize(group))
-                for (name, value), group in sorted(groups.items(), key=lambda item: (item[0][0], _sort_key(dimension, item[0][1])))]
-        lines += [f"## By {dimension}", "", table(["implementation", dimension] + SUMMARY_HEADERS, rows), ""]
-        if dimension == "longest sequence (tokens)" and any(not longest_sequence(v)[1] for v in verdicts):
-            lines += ["Cases without cu_seqlens in their verdict or adapter log are bucketed by T / N.", ""]
-
-    plots = _plots(verdicts, out_dir, plot_dir)
-    if plots:
-        lines += ["## Plots", ""]
-        for caption, path in plots:
-            lines += [f"![{caption}]({path.relative_to(out_dir).as_posix()})", "", f"*{caption}.*", ""]
-
-    bad = sorted((v for v in verdicts if v.status in ("FAIL", "ERROR")),
-                 key=lambda v: -(v.worst_margin if v.worst_margin is not None else math.inf))
-    lines += ["## Failures and errors", ""]
-    if bad:
-        rows = []
-        for v in bad[:30]:
-            worst = max((c for c in v.checks if c["margin"] is not None), key=lambda c: c["margin"], default=None)
-            check = (f"{worst['tensor']} {worst['metric']}: {fmt(worst['error'])} > {fmt(worst['budget'])}"
-                     if worst and not worst["pass"] else "")
-            rows.append([v.implementation, v.case, v.status, fmt(v.worst_margin), check,
-                         v.problem_text or "", v.message[:160]])
-        lines += [table(["implementation", "case", "status", "error/budget", "worst check", "problem", "message"], rows), ""]
-        if len(bad) > 30:
-            lines += [f"... and {len(bad) - 30} more.", ""]
-    else:
-        lines += ["None.", ""]
-
-    skipped = Counter((v.implementation, v.message) for v in verdicts if v.status == "SKIPPED")
-    lines += ["## Skipped (not supported by the implementation, never counted as passed)", ""]
-    if skipped:
-        lines += [table(["implementation", "reason", "cases"],
-                        [[name, reason, count] for (name, reason), count in sorted(skipped.items())]), ""]
-    else:
-        lines += ["None.", ""]
+            by_impl[v.implementation].append(v)
+        lines += ["## Verdicts per implementation", "",
+                  table(["implementation"] + SUMMARY_HEADERS,
+                        [[name] + summary_cells(summarize(group)) for name, group in sorted(by_impl.items())]), ""]
+        for dimension, key in DIMENSIONS:
+            groups = defaultdict(list)
+            for v in verdicts:
+                groups[(v.implementation, key(v))].append(v)
+            rows = [[name, value] + summary_cells(summarize(group))
+                    for (name, value), group in sorted(groups.items(), key=lambda item: (item[0][0], _sort_key(dimension, item[0][1])))]
+            lines += [f"## By {dimension}", "", table(["implementation", dimension] + SUMMARY_HEADERS, rows), ""]
+            if dimension == "longest sequence (tokens)" and any(not longest_sequence(v)[1] for v in verdicts):
+                lines += ["Cases without cu_seqlens in their verdict or adapter log are bucketed by T / N.", ""]
+        bad = sorted((v for v in verdicts if v.status in ("FAIL", "ERROR")),
+                     key=lambda v: -(v.worst_margin if v.worst_margin is not None else math.inf))
+        lines += ["## Failures and errors (worst first)", ""]
+        if bad:
+            rows = []
+            for v in bad[:40]:
+                worst = max((c for c in v.checks if c["margin"] is not None), key=lambda c: c["margin"], default=None)
+                check = (f"{worst['tensor']} {worst['metric']}: {fmt(worst['error'])} > {fmt(worst['budget'])}"
+                         if worst and not worst["pass"] else v.worst_check)
+                rows.append([v.implementation, v.case, v.status, fmt(v.worst_margin), check,
+                             v.problem_text or "", v.message[:160]])
+            lines += [table(["implementation", "case", "status", "error/budget", "worst check", "problem", "message"], rows), ""]
+            if len(bad) > 40:
+                lines += [f"... and {len(bad) - 40} more.", ""]
+        else:
+            lines += ["None.", ""]
+        skipped = Counter((v.implementation, v.message) for v in verdicts if v.status == "SKIPPED")
+        lines += ["## Skipped (not supported by the implementation, never counted as passed)", ""]
+        lines += [table(["implementation", "reason", "cases"], [[n, r, c] for (n, r), c in sorted(skipped.items())]), ""] \
+            if skipped else ["None.", ""]
     return "\n".join(lines)
+
+
+def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) -> tuple[str, dict]:
+    """accuracy.md's text and its detail files ({path relative to out_dir: text})."""
+    kinds = sorted({device_kind(p.path) for p in results.provenance} | set(results.manifests))
+    rows = summary_rows(results)
+    provenance = {p.path: p for p in results.provenance}
+    cited = []
+    cells = []
+    for r in rows:
+        p = provenance.get(r["source"])
+        if p is not None and p not in cited:
+            cited.append(p)
+        cells.append([r["implementation"], origin(r["implementation"]), r["kind"], r["judge"], _cell(r["pass"]),
+                      _cell(r["fail"]), _cell(r["error"]), _cell(r["skipped"]), fmt(r["worst_margin"]),
+                      fmt(r["median_o"]), fmt(r["max_o"]), f"`{r['source']}`"])
+    present = {(device_kind(p.path), p.kind) for p in results.provenance}
+    present |= {(device_kind(p.path), "campaign summary") for p in results.provenance
+                if Path(p.path).parts[1:2] == ("campaign",)}  # a campaign's raw files count as its summary
+    for kind in kinds:
+        for input_kind, what in EXPECTED:
+            if (kind, input_kind) not in present:
+                cells.append(["not measured", "", kind, what] + ["n/a"] * 7 + ["missing"])
+    detail_files = {f"details/accuracy_{kind}.md": details(results, kind) for kind in kinds}
+    lines = ["# Accuracy", "",
+             f"Generated {generated} by `{command}` from the current result sets in `reports/results/<device kind>/`. "
+             "Errors are against the double-precision oracle; a verdict passes when every check's error is within its "
+             "budget (docs/budgets.md); error/budget is the worst check's margin (above 1 fails). The GPU suite counts "
+             "checks, the other judges cases; `[fixed budget]` rows judge the same outputs under the fixed thresholds.", "",
+             table(SUMMARY_TABLE_HEADERS, cells) if cells else "No accuracy results: not measured.", "",
+             "Runs (device, date, commit, command of each input above):", "",
+             runs_table(cited) if cited else "none.", "",
+             "Sanitizers (compute-sanitizer on the GPU suite):", ""]
+    lines += [sanitizer_line(results, kind) for kind in kinds] or ["- not measured"]
+    lines += [""]
+    plots = _plots(results.verdicts, out_dir, plot_dir) if results.verdicts else []
+    for caption, path in plots:
+        lines += [f"![{caption}]({path.relative_to(out_dir).as_posix()})", "", f"*{caption}.*", ""]
+    lines += ["Details per device kind (per property, per case, failures, skips): " +
+              (", ".join(f"[{kind}]({name})" for kind, name in zip(kinds, detail_files)) or "none") + ".", ""]
+    return "\n".join(lines), detail_files

@@ -23,7 +23,7 @@ def save_figure_atomically(figure, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
-        figure.savefig(temporary, format=path.suffix.lstrip("."), dpi=110, bbox_inches="tight",
+        figure.savefig(temporary, format=path.suffix.lstrip("."), dpi=90, bbox_inches="tight",
                        metadata={"Software": None} if path.suffix == ".png" else None)
         os.replace(temporary, path)
     finally:

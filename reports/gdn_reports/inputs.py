@@ -1,7 +1,9 @@
-"""Reading committed results: verdict JSON, adapter logs, Google Benchmark JSON, peer JSON.
+"""Reading committed results: verdict JSON, adapter logs, campaign summaries, GPU suite tallies,
+sanitizer summaries, run manifests, chunked accuracy judges, Google Benchmark JSON, peer JSON.
 
 Every file under the results folder is classified by its content (schemas: reports/README.md);
-files of no known kind are listed as ignored, never silently dropped.
+files of no known kind are listed as ignored, never silently dropped. The first folder of a
+file's path under the results folder is its device kind (results/<kind>/...).
 """
 from __future__ import annotations
 
@@ -73,6 +75,9 @@ class Verdict:
     file: str = ""
     output: str = ""
     device: str = ""
+    regime: str = ""       # the gate regime, when a campaign summary already resolved it
+    worst_check: str = ""  # "tensor metric: error > budget", when the checks themselves are not kept
+    judge: str = ""        # the file of verdicts it came from (a campaign summary keeps the raw file's name)
 
 
 @dataclass
@@ -107,7 +112,17 @@ class Results:
     tallies: list = field(default_factory=list)  # conformance tallies: dicts, one per kernel and property
     fuzz: list = field(default_factory=list)     # fuzz tallies: dicts, one per file and implementation
     fuzz_failures: list = field(default_factory=list)
+    sanitize: list = field(default_factory=list)   # dicts: source, tool, and the tool's entry
+    manifests: dict = field(default_factory=dict)  # device kind -> manifest object
+    errors: list = field(default_factory=list)     # dicts: source, case, problem, implementation, rel_rms_o, rel_rms_hT
     ignored: list = field(default_factory=list)  # (path, why)
+
+
+def device_kind(source: str) -> str:
+    """The device kind of a results file: the first folder of its path under the results folder
+    (results/h200/bench_decode.json -> "h200"); files at the top level have none."""
+    parts = Path(source).parts
+    return parts[0] if len(parts) > 1 else "(top level)"
 
 
 # --- problem text (gdn::Problem::describe) -----------------------------------------------------
@@ -198,7 +213,8 @@ def _verdict_from_json(record: dict, source: str) -> Verdict:
                 status=status, problem_text=text, problem=problem, generator=_generator_of(record),
                 worst_margin=number(record.get("worst_margin")), budget=str(record.get("budget", "")),
                 message=str(record.get("message", "")), source=source, file=str(record.get("file", "")),
-                output=str(record.get("output", "") or ""), device=str(record.get("device", "") or ""))
+                output=str(record.get("output", "") or ""), device=str(record.get("device", "") or ""),
+                judge=Path(source).name)
     for metric in record.get("metrics", []) or []:
         tensor = metric.get("tensor")
         v.rel_rms[tensor] = number(metric.get("rel_rms"))
@@ -287,7 +303,7 @@ def _load_gbench(obj: dict, source: str, results: Results) -> int:
 def gbench_provenance(context: dict) -> dict:
     """device/date/commit/command from the context: the custom context keys device, commit,
     command (--benchmark_context=device=...,commit=...,command=... or AddCustomContext; also
-    accepted with a "gdn." prefix or in capitals, as cuda/bench_common.cpp writes them), date as
+    accepted with a "gdn." prefix or in capitals, as cuda/bench/bench_common.cpp writes them), date as
     Google Benchmark writes it, the executable when no command was recorded."""
     def get(key):
         for candidate in (key, "gdn." + key, key.upper()):
@@ -344,7 +360,7 @@ def _load_peer(obj: dict, source: str, results: Results) -> int:
 # --- conformance tallies ---------------------------------------------------------------------
 
 def _load_tally(obj: dict, source: str, results: Results) -> int:
-    """The GPU conformance suite's tally (cuda/gpu_test_main.cpp): per kernel, per property,
+    """The GPU conformance suite's tally (cuda_gpu_tests --json): per kernel, per property,
     cases run / failed / skipped and the worst margin."""
     count = 0
     for kernel, entry in obj["kernels"].items():
@@ -386,6 +402,72 @@ def _load_fuzz(obj: dict, source: str, results: Results) -> int:
     return len(tallies)
 
 
+def _load_campaign_summary(obj: dict, source: str, results: Results) -> int:
+    """reports/campaign/summarize_campaign.py's gdn-campaign-summary/1: compact verdict rows
+    (columns named in the file), the fuzz tallies and shrunk failures."""
+    columns, names, judges = obj.get("columns"), obj.get("implementations"), obj.get("judges") or []
+    if not isinstance(columns, list) or not isinstance(names, list) or not isinstance(obj.get("verdicts"), list):
+        raise InputError(f"{source}: a campaign summary needs 'columns', 'implementations' and 'verdicts' lists")
+    for required in ("implementation", "status"):
+        if required not in columns:
+            raise InputError(f"{source}: campaign summary columns lack '{required}'")
+    for index, row in enumerate(obj["verdicts"]):
+        if not isinstance(row, list) or len(row) != len(columns):
+            raise InputError(f"{source}: verdicts[{index}] must be a list of {len(columns)} values")
+        r = dict(zip(columns, row))
+        status = str(r["status"]).upper()
+        if status not in STATUSES:
+            raise InputError(f"{source}: verdicts[{index}]: status must be one of {', '.join(STATUSES)}")
+        implementation = names[r["implementation"]] if isinstance(r["implementation"], int) else str(r["implementation"])
+        problem = {key: r[key] for key in ("K", "V", "T", "N", "longest") if r.get(key) is not None}
+        if r.get("dtype") not in (None, "unknown"):
+            problem["input_dtype"] = r["dtype"]
+        results.verdicts.append(Verdict(
+            case=str(r.get("case") or "(passed)"), implementation=implementation, status=status,
+            problem_text=str(r.get("problem") or ""), problem=problem, worst_margin=number(r.get("worst_margin")),
+            rel_rms={"o": number(r.get("rel_rms_o")), "hT": number(r.get("rel_rms_hT"))},
+            message=str(r.get("message") or ""), source=source, device=str(obj.get("device") or ""),
+            regime=str(r.get("regime") or ""), worst_check=str(r.get("worst_check") or ""),
+            judge=str(judges[r["source"]] if isinstance(r.get("source"), int) else r.get("source") or Path(source).name)))
+    if isinstance(obj.get("fuzz"), dict):
+        _load_fuzz(dict(obj["fuzz"], format="gdn-fuzz-merged/1"), source, results)
+    return len(obj["verdicts"])
+
+
+def _load_sanitize(obj: dict, source: str, results: Results) -> int:
+    """collect_sanitize.py's gdn-sanitize/1: per compute-sanitizer tool, whether it ran, its
+    errors (hazards for racecheck), exit code and the test filter."""
+    tools = obj.get("tools")
+    if not isinstance(tools, dict):
+        raise InputError(f"{source}: a sanitizer summary needs a 'tools' object")
+    for tool, entry in tools.items():
+        if not isinstance(entry, dict) or "run" not in entry:
+            raise InputError(f"{source}: tools['{tool}'] needs 'run'")
+        results.sanitize.append(dict(entry, source=source, tool=tool))
+    return len(tools)
+
+
+def _load_chunked_accuracy(obj: dict, source: str, results: Results) -> int:
+    """The chunked accuracy judge (cuda_chunked_accuracy): per case, the relative RMS error of o
+    and hT of each implementation against the exact recurrence on the same inputs, the peer's
+    under "peer" with its name in "implementation"."""
+    count = 0
+    for index, case in enumerate(obj["cases"]):
+        if not isinstance(case, dict):
+            raise InputError(f"{source}: cases[{index}] must be an object")
+        for key, entry in case.items():
+            if not isinstance(entry, dict) or "o" not in entry:
+                continue
+            name = str(entry.get("implementation", key))
+            name = name[4:] if name.startswith("gdn.") else name
+            rel = lambda t: number((entry.get(t) or {}).get("rel_rms")) if isinstance(entry.get(t), dict) else None  # noqa: E731
+            results.errors.append({"source": source, "case": str(case.get("name", index)),
+                                   "problem": str(case.get("problem", "")), "implementation": name,
+                                   "rel_rms_o": rel("o"), "rel_rms_hT": rel("hT")})
+            count += 1
+    return count
+
+
 # --- classification --------------------------------------------------------------------------
 
 def _json_lines(path: Path) -> list:
@@ -414,7 +496,20 @@ def load_results(root: Path) -> Results:
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             results.ignored.append((source, f"not JSON: {error}"))
             continue
-        if isinstance(data, dict) and "context" in data and "benchmarks" in data:
+        fmt = str(data.get("format", "")) if isinstance(data, dict) else ""
+        if fmt.startswith("gdn-campaign-summary/"):
+            count = _load_campaign_summary(data, source, results)
+            results.provenance.append(Provenance(source, "campaign summary", records=count, **_provenance_fields(data)))
+        elif fmt.startswith("gdn-sanitize/"):
+            count = _load_sanitize(data, source, results)
+            results.provenance.append(Provenance(source, "sanitizers", records=count, **_provenance_fields(data)))
+        elif fmt.startswith("gdn-manifest/"):
+            results.manifests[device_kind(source)] = dict(data, source=source)
+            results.provenance.append(Provenance(source, "manifest", records=1, **_provenance_fields(data)))
+        elif isinstance(data, dict) and isinstance(data.get("cases"), list) and "metric" in data:
+            count = _load_chunked_accuracy(data, source, results)
+            results.provenance.append(Provenance(source, "chunked accuracy", records=count, **_provenance_fields(data)))
+        elif isinstance(data, dict) and "context" in data and "benchmarks" in data:
             count = _load_gbench(data, source, results)
             results.provenance.append(Provenance(source, "google-benchmark", records=count,
                                                  **gbench_provenance(data["context"] or {})))

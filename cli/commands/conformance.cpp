@@ -1,0 +1,81 @@
+// gdn-testbed conformance: the built-in cases (cli/suite.cpp) and the golden vectors against
+// the selected implementations, judged against the long double recurrence; a verdict table,
+// exit 1 on any FAIL or ERROR.
+#include <chrono>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands/commands.hpp"
+#include "cli/commands/options.hpp"
+#include "cli/output.hpp"
+#include "cli/suite.hpp"
+
+namespace gdn::cli {
+
+namespace {
+
+struct ConformanceOptions {
+  std::string impl = "all";
+  BudgetChoice budget;
+  VerdictFiles files;
+  bool verbose = false;
+  bool no_golden = false;
+};
+
+int conformance(const ConformanceOptions& o, const std::string& command) {
+  const auto entries = select(o.impl);
+  const auto budget = o.budget.get();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<oracle::Verdict> verdicts;
+  std::vector<std::unique_ptr<Implementation>> impls;
+  for (const auto* e : entries) impls.push_back(e->make());
+  for (const GeneratedCase& c : conformance_cases()) {
+    // The long double recurrence is the oracle here: the double references are under test too.
+    oracle::CaseContext context(c.name, c.problem, c.inputs, oracle::CaseContext::Oracle::f80);
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      verdicts.push_back(oracle::evaluate(*impls[i], context, budget ? *budget : entries[i]->default_budget));
+  }
+  std::string golden_note;
+  if (!o.no_golden) {
+    bool available = false;
+    std::string why;
+    try {
+      for (oracle::Verdict& v : golden_verdicts(&available, &why)) verdicts.push_back(std::move(v));
+    } catch (const std::exception& e) {
+      oracle::Verdict v;
+      v.case_name = "golden";
+      v.implementation = "golden loader";
+      v.status = oracle::Status::error;
+      v.message = e.what();
+      verdicts.push_back(v);
+      available = true;
+    }
+    if (!available) golden_note = "golden vectors: not run (" + why + ")";
+  }
+  print_table(std::cout, verdicts, o.verbose);
+  if (!golden_note.empty()) std::cout << golden_note << "\n";
+  std::cout << "oracle: the recurrence in long double; "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+  o.files.write("gdn-testbed conformance", command, verdicts);
+  return exit_code(verdicts);
+}
+
+}  // namespace
+
+void add_conformance(CLI::App& app, Context& context) {
+  CLI::App* sub = app.add_subcommand(
+      "conformance",
+      "built-in cases (and the golden vectors) against implementations; verdict table, exit 1 on any "
+      "FAIL/ERROR. GPU kernels without a device are SKIPPED, never passed. The default command.");
+  auto o = std::make_shared<ConformanceOptions>();
+  sub->add_option("--impl", o->impl, "comma-separated names, 'all' (the conformance set), 'prefix*', '*' (gdn-testbed list)")
+      ->type_name("LIST")
+      ->capture_default_str();
+  add_budget(*sub, &o->budget, "each implementation's own");
+  add_verdict_files(*sub, &o->files);
+  sub->add_flag("--verbose", o->verbose, "every check and metric of failed verdicts below the table");
+  sub->add_flag("--no-golden", o->no_golden, "leave out the golden vectors of public implementations");
+  sub->callback([o, &context] { context.exit_code = conformance(*o, context.command_line); });
+}
+
+}  // namespace gdn::cli

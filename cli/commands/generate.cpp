@@ -1,0 +1,81 @@
+// gdn-testbed generate: inputs-only case files (and manifest.json) for an implementation that
+// gdn-testbed did not write; `verify` judges the outputs written into them.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli/commands/commands.hpp"
+#include "cli/commands/options.hpp"
+#include "cli/output.hpp"
+#include "fuzz/sample.hpp"
+#include "cli/suite.hpp"
+
+namespace gdn::cli {
+
+namespace {
+
+struct GenerateOptions {
+  std::string out;
+  long long cases = 20;
+  long long first = 0;
+  std::uint64_t seed = 1;
+  std::string suite = "fuzz";
+  SpaceOptions space;
+};
+
+int generate(const GenerateOptions& o, const std::string& command) {
+  if (o.out.empty()) throw UsageError("generate needs --out DIR");
+  ::mkdir(o.out.c_str(), 0755);
+  std::vector<GeneratedCase> cases;
+  if (o.suite == "conformance") {
+    cases = conformance_cases();
+  } else {
+    const fuzz::CaseSpace space = o.space.space();
+    // --first I: the cases a fuzz campaign with the same --seed calls fuzz/I, fuzz/I+1, ...
+    for (long long i = o.first; i < o.first + o.cases; ++i) {
+      GeneratedCase c = fuzz::sample_case(case_seed(o.seed, std::uint64_t(i)), space);
+      c.name = "generate/" + std::to_string(o.seed) + "/" + std::to_string(i);
+      cases.push_back(std::move(c));
+    }
+  }
+  nlohmann::json manifest = {{"format", "gdn-case-manifest/1"}, {"command", command}, {"cases", nlohmann::json::array()}};
+  int index = 0;
+  for (const GeneratedCase& g : cases) {
+    oracle::CaseFile c;
+    c.problem = g.problem;
+    c.inputs = g.inputs;
+    c.metadata["gdn.case_name"] = g.name;
+    c.metadata["gdn.generator"] = g.generator.dump();
+    c.metadata["gdn.versions"] = build_versions().dump();
+    c.metadata["gdn.command"] = command;
+    char name[32];
+    std::snprintf(name, sizeof name, "case-%05d.safetensors", index++);
+    const std::string path = o.out + "/" + name;
+    oracle::write_case_file(path, c);
+    manifest["cases"].push_back({{"file", name}, {"name", g.name}, {"problem", g.problem.describe()}});
+  }
+  write_text_file(o.out + "/manifest.json", manifest.dump(2) + "\n");
+  std::cout << "wrote " << cases.size() << " case files to " << o.out << "/ (manifest.json lists them)\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_generate(CLI::App& app, Context& context) {
+  CLI::App* sub = app.add_subcommand("generate", "write inputs-only case files for an external implementation");
+  auto o = std::make_shared<GenerateOptions>();
+  sub->add_option("--out", o->out, "folder for the case files and manifest.json (required)")->type_name("DIR");
+  add_integer(*sub, "--cases", &o->cases, 1, "how many cases (--suite fuzz)")->type_name("N");
+  add_seed(*sub, "--seed", &o->seed, "the campaign's seed, as in fuzz --seed")->type_name("S");
+  sub->add_option("--suite", o->suite, "fuzz: sampled cases; conformance: the built-in cases")
+      ->type_name("fuzz|conformance")
+      ->check(CLI::IsMember({"fuzz", "conformance"}).description(""))
+      ->capture_default_str();
+  add_integer(*sub, "--first", &o->first, 0, "start at the campaign's case I: fuzz/I of fuzz --seed S")->type_name("I");
+  add_space_options(*sub, &o->space);
+  sub->callback([o, &context] { context.exit_code = generate(*o, context.command_line); });
+}
+
+}  // namespace gdn::cli

@@ -1,0 +1,74 @@
+#pragma once
+// What several subcommands share: typed options (decimal integers with a lower bound, seeds,
+// numbers), --budget, the case-space options of fuzz and generate, the --junit / --json
+// verdict files, implementation selection, and what case files say about how they are judged.
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/campaign.hpp"
+#include "fuzz/generators.hpp"
+#include "oracle/case_file.hpp"
+
+namespace gdn::cli {
+
+// A usage error found after parsing (a missing input, options that do not fit together):
+// main prints it and exits 2, like a parse error.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An integer option: decimal digits only (no 0x, no octal), at least `low`.
+CLI::Option* add_integer(CLI::App& app, const std::string& name, long long* value, long long low,
+                         const std::string& help);
+// A seed: unsigned, decimal, 0x hexadecimal or 0-prefixed octal, no sign.
+CLI::Option* add_seed(CLI::App& app, const std::string& name, std::uint64_t* value, const std::string& help);
+// A floating-point number, the whole argument.
+CLI::Option* add_number(CLI::App& app, const std::string& name, double* value, const std::string& help);
+
+// --budget B, checked at parse time by oracle::parse_budget.
+struct BudgetChoice {
+  std::string text;
+  CLI::Option* option = nullptr;
+  std::optional<oracle::BudgetOptions> get() const;  // nullopt when not given
+};
+void add_budget(CLI::App& app, BudgetChoice* budget, const std::string& when_absent);
+
+// The case distribution of fuzz::gen_case, narrowed by the command line (fuzz, generate).
+struct SpaceOptions {
+  long long max_K = 128, max_V = 128, K_multiple = 1, max_tokens = 1024;
+  long long max_sequences = fuzz::CaseSpace::chunked(64).max_sequences;
+  double max_work = 1.0e6;
+  bool intermediate = false;
+  // Chunked implementations cannot serve per-token states, so those stay off unless asked for.
+  fuzz::CaseSpace space() const;
+};
+void add_space_options(CLI::App& app, SpaceOptions* space);
+
+// --junit FILE and --json FILE: the verdicts as JUnit XML and as gdn-verdicts/1 JSON.
+struct VerdictFiles {
+  std::string junit, json;
+  void write(const std::string& suite, const std::string& command,
+             const std::vector<oracle::Verdict>& verdicts) const;
+};
+void add_verdict_files(CLI::App& app, VerdictFiles* files, bool junit = true);
+
+// The registry's selection; an unknown name is a usage error.
+std::vector<const oracle::RegistryEntry*> select(const std::string& names);
+// 1 when a verdict failed or errored, else 0 (SKIPPED is not a failure).
+int exit_code(const std::vector<oracle::Verdict>& verdicts);
+
+// What a case file records about the implementation that wrote its outputs.
+Formulation formulation_of(const oracle::CaseFile& c);
+int chunk_size_of(const oracle::CaseFile& c);
+// The budget to judge a file with: the one given, else the file's gdn.budget, else the entry's
+// default, else the oracle's.
+oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
+                                  const oracle::RegistryEntry* entry);
+
+}  // namespace gdn::cli

@@ -1,0 +1,34 @@
+#pragma once
+// gen_case (fuzz/generators.hpp) sampled deterministically from a seed, outside RapidCheck's
+// runner: the fuzz campaign, `generate` and the GPU suites draw their cases this way, so they
+// explore the same distribution as the property suite and a case is reproducible from its seed
+// and space alone.
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fuzz/generators.hpp"
+
+namespace gdn::fuzz {
+
+nlohmann::json to_json(const InputOptions& options);
+InputOptions input_options_from_json(const nlohmann::json& json);
+
+// The case of `seed` in `space`. The RapidCheck size of the draw (0..100) is taken from the
+// seed too: most cases are moderate, and the size ramp that rc::check performs is spread over
+// the seeds.
+Case draw_case(std::uint64_t seed, const CaseSpace& space);
+
+// A case with its tensors made, ready to judge, and how it was made (for the metadata).
+struct GeneratedCase {
+  std::string name;
+  Problem problem;
+  Inputs inputs;
+  nlohmann::json generator;  // {"seed": "...", "input_options": {...}, "source": "..."}
+};
+
+// draw_case with the inputs made and the draw recorded in `generator`.
+GeneratedCase sample_case(std::uint64_t seed, const CaseSpace& space = CaseSpace::chunked(64));
+
+}  // namespace gdn::fuzz

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Packs what the device machine runs into one archive that `device run` carries:
+#
+#   bash scripts/pack.sh BUILD_DIR OUT.tar.xz
+#
+# BUILD_DIR is a Release build with CUDA (static cudart: nothing on the device machine needs to
+# match this machine's CUDA runtime). The archive holds the GPU testbed, the benchmarks, the
+# chunked accuracy judge, the CLI, and Debian's Google Benchmark shared library, which the
+# device machine lacks (the benchmarks find it beside themselves through RPATH $ORIGIN).
+# Host debug info is stripped (the kernels keep -lineinfo for compute-sanitizer). One xz stream
+# with a dictionary larger than the tar: every binary holds the same kernel instances, and a
+# window that spans them all stores those bytes once. Written atomically.
+set -euo pipefail
+if [ $# -ne 2 ]; then sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; fi
+BUILD=$1
+OUT=$2
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+for f in cuda/cuda_gpu_tests cuda/cuda_chunked_accuracy cuda/cuda_recurrent_bench cuda/cuda_decode_bench \
+         cuda/cuda_chunked_bench cli/gdn-testbed; do
+  [ -x "$BUILD/$f" ] || { echo "pack.sh: $BUILD/$f is missing (build it first)" >&2; exit 1; }
+  cp "$BUILD/$f" "$STAGE/"
+done
+cp -L "$BUILD"/cuda/libbenchmark.so.* "$STAGE/"
+strip --strip-debug "$STAGE"/cuda_* "$STAGE"/gdn-testbed
+mkdir -p "$(dirname "$OUT")"
+tar -C "$STAGE" -cf - . | xz -T2 --lzma2=preset=6,dict=192MiB > "$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+ls -la "$OUT"
