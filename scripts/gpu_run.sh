@@ -105,8 +105,12 @@ fi
 # The suite and the four sanitizers are correctness runs, CPU-bound on the references: they run
 # side by side (16 cores there), each under its own timeout.
 SUITE_PIDS=()
-# One process a kernel family (the references are single-threaded); their tallies are merged.
-SUITE_PARTS=("[recurrent]" "[decode]" "[decode_streamed]" "[chunked]~[single]" "[single]")
+# Ten processes, a kernel family's conformance and the rest of its properties apart (the
+# references are single-threaded); their tallies are merged.
+SUITE_PARTS=()
+for family in "[recurrent]" "[decode]" "[decode_streamed]" "[chunked]~[single]" "[single]"; do
+  SUITE_PARTS+=("$family[conformance]" "$family~[conformance]")
+done
 if has suite; then
   log "suite: cuda_gpu_tests, $CASES cases, ${#SUITE_PARTS[@]} processes"
   for i in "${!SUITE_PARTS[@]}"; do
