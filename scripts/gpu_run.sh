@@ -94,11 +94,15 @@ install_wheels() {
 
 # Peers compile (Triton autotunes) on first use: warm them up in the background while our own
 # binaries run on the CPU-heavy phases; everything timed runs alone on the GPU afterwards.
+# Without such phases the warm-up runs alone, after the benchmarks (never beside a timing).
 WARM=""
-if has peers || has accuracy; then
+warm_up() {
+  PYTHONUNBUFFERED=1 timeout 300 python3 cuda/peers/fla_chunk.py --warmup > /tmp/warm_chunk.log 2>&1
+}
+if (has peers || has accuracy) && (has suite || has sanitize); then
   install_wheels
   log "peers: warm-up in the background"
-  ( PYTHONUNBUFFERED=1 timeout 300 python3 cuda/peers/fla_chunk.py --warmup > /tmp/warm_chunk.log 2>&1 ) &
+  warm_up &
   WARM=$!
 fi
 
@@ -210,6 +214,13 @@ if has bench; then
       --benchmark_counters_tabular=true "${CONTEXT[@]}" 2>&1 | grep -vE "^\s*$" >> "$LOG"
     echo "bench $family exit $?" | tee -a "$LOG"
   done
+fi
+
+if (has peers || has accuracy) && [ -z "$WARM" ]; then
+  install_wheels
+  log "peers: warm-up"
+  warm_up
+  tail -2 /tmp/warm_chunk.log | tee -a "$LOG"
 fi
 
 if has peers; then
