@@ -146,6 +146,10 @@ if has sanitize; then
       echo "$tool exit $worst" >> /tmp/san_$tool.log ) &
   done
 fi
+# The archive is rewritten after every phase: a call stopped at its time limit still returns
+# what finished.
+pack_results() { tar -C /tmp/gdn_results -cJf "$OUTDIR/results-$KIND.tar.xz.tmp" "$KIND" &&
+                 mv "$OUTDIR/results-$KIND.tar.xz.tmp" "$OUTDIR/results-$KIND.tar.xz"; }
 wait_phase() { while kill -0 "$1" 2>/dev/null; do sleep 5; done; }
 if has suite; then
   for pid in "${SUITE_PIDS[@]}"; do wait_phase $pid; done
@@ -182,6 +186,7 @@ if merged is not None:
     merged["parts"] = len(parts)
     json.dump(merged, open(out, "w"), indent=1)
 PY
+  pack_results
 fi
 if has sanitize; then
   for tool in $TOOLS; do
@@ -199,6 +204,7 @@ if has sanitize; then
     memcheck=/tmp/san_memcheck.log:$(rc_of memcheck) racecheck=/tmp/san_racecheck.log:$(rc_of racecheck) \
     initcheck=/tmp/san_initcheck.log:$(rc_of initcheck) synccheck=/tmp/san_synccheck.log:$(rc_of synccheck) \
     2>&1 | tee -a "$LOG"
+  pack_results
 fi
 
 if [ -n "$WARM" ]; then
@@ -210,9 +216,11 @@ fi
 if has bench; then
   for family in decode recurrent chunked; do
     log "bench: $family"
-    timeout 200 "$BIN/cuda_${family}_bench" --benchmark_out="$SET/bench_$family.json" --benchmark_out_format=json \
+    limit=200; [ $family = decode ] && limit=300
+    timeout $limit "$BIN/cuda_${family}_bench" --benchmark_out="$SET/bench_$family.json" --benchmark_out_format=json \
       --benchmark_counters_tabular=true "${CONTEXT[@]}" 2>&1 | grep -vE "^\s*$" >> "$LOG"
     echo "bench $family exit $?" | tee -a "$LOG"
+    pack_results
   done
 fi
 
@@ -229,6 +237,7 @@ if has peers; then
     log "peers: $peer"
     PYTHONUNBUFFERED=1 timeout 200 python3 cuda/peers/$peer.py --out "$SET/peer_$peer.json" --commit "$COMMIT" \
       --command "$CMDLINE" 2>&1 | grep -vE "Warning|warn" | tail -15 | tee -a "$LOG"
+    pack_results
   done
 fi
 
@@ -297,6 +306,6 @@ if has campaign; then
 fi
 
 log "packing results/$KIND"
-tar -C /tmp/gdn_results -cJf "$OUTDIR/results-$KIND.tar.xz" "$KIND"
+pack_results
 ls -la "$OUTDIR" | tee -a "$LOG"
 log "done"
