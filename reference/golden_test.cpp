@@ -144,9 +144,6 @@ TEST_CASE("golden: the peers' errors are in the range of our fp32 emulation", "[
         c.formulation == Formulation::chunked && chunk_holds_reset(c.problem, c.inputs, c.chunk_size);
     INFO(label(c) << ": peer error o " << peer_o << " hT " << peer_hT << "; our fp32 emulation o "
                   << ours_o << " hT " << ours_hT << (reset_in_chunk ? " (reset inside a chunk)" : ""));
-    if (std::getenv("GDN_GOLDEN_TABLE"))
-      std::printf("%-34s %-100s tol %.2e  peer o %.2e hT %.2e  fp32-emulation o %.2e hT %.2e\n",
-                  c.name.c_str(), c.source.c_str(), c.tolerance_o, peer_o, peer_hT, ours_o, ours_hT);
     CHECK(peer_o >= ours_o / 16);
     CHECK(peer_hT >= ours_hT / 16);
     if (reset_in_chunk) {
