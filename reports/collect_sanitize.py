@@ -29,15 +29,16 @@ _PASSED = re.compile(r"(Passed all \d+ test cases?[^\n]*|test cases: [^\n]*)")
 
 
 def parse_tool(text: str, exit_code: int | None) -> dict:
-    """What one tool's log says. The last summary line counts: a log that repeats the summary
-    (a tail after the full output) states the same run twice."""
+    """What one tool's log says. A log may hold several runs (one per test filter) or repeat a
+    summary (a tail after the full output): the largest count of any summary line counts, so a
+    run with errors is never hidden by a clean one after it."""
     errors = [int(m) for m in _ERRORS.findall(text)]
     races = _RACE.findall(text)
     entry: dict = {"run": True, "exit_code": exit_code}
     if errors:
-        entry["errors"] = errors[-1]
+        entry["errors"] = max(errors)
     if races:
-        hazards, race_errors, warnings = (int(x) for x in races[-1])
+        hazards, race_errors, warnings = (max(int(r[i]) for r in races) for i in range(3))
         entry.update(hazards=hazards, errors=race_errors, warnings=warnings)
     if "errors" not in entry:
         entry["errors"] = None  # no summary line: the tool did not finish
