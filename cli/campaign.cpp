@@ -3,12 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <Eigen/Core>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
+#include <limits>
 #include <ostream>
 #include <sstream>
 #include <set>
@@ -17,7 +17,6 @@
 
 #include "oracle/case_file.hpp"
 
-#include "gdn_revision.hpp"  // GDN_GIT_REVISION, written at build time (cli/revision.cmake)
 
 namespace gdn::cli {
 
@@ -143,17 +142,6 @@ std::optional<Shard> shard_from_environment(std::string* error) {
   return Shard{static_cast<int>(id), static_cast<int>(count)};
 }
 
-nlohmann::json build_versions() {
-  nlohmann::json v;
-  v["gdn-testbed"] = GDN_GIT_REVISION;
-  v["compiler"] = __VERSION__;
-  v["eigen"] = std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
-               std::to_string(EIGEN_MINOR_VERSION);
-  v["nlohmann_json"] = std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." + std::to_string(NLOHMANN_JSON_VERSION_MINOR) +
-                       "." + std::to_string(NLOHMANN_JSON_VERSION_PATCH);
-  return v;
-}
-
 nlohmann::json FuzzResult::to_json(const FuzzOptions& options) const {
   nlohmann::json j;
   j["format"] = "gdn-fuzz-results/1";
@@ -165,6 +153,7 @@ nlohmann::json FuzzResult::to_json(const FuzzOptions& options) const {
   j["implementations"] = nlohmann::json::array();
   for (const auto* e : options.implementations) j["implementations"].push_back(e->name);
   j["budget"] = options.budget ? options.budget->describe() : "per implementation";
+  j["cases_limit"] = options.cases;  // --cases, the campaign's total (0: none): merge compares it
   j["cases"] = cases;
   j["seconds"] = seconds;
   j["cases_per_second"] = seconds > 0 ? cases / seconds : 0.0;
@@ -388,58 +377,6 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
   result.seconds = elapsed();
   progress_line(true);
   return result;
-}
-
-nlohmann::json merge_results(const std::vector<nlohmann::json>& shards) {
-  if (shards.empty()) throw std::invalid_argument("merge: no shard results given");
-  nlohmann::json out;
-  out["format"] = "gdn-fuzz-merged/1";
-  out["seed"] = shards[0].value("seed", "");
-  out["shard_count"] = shards[0]["shard"].value("count", 1);
-  out["shards"] = nlohmann::json::array();
-  out["failures"] = nlohmann::json::array();
-  out["tallies"] = nlohmann::json::object();
-  std::int64_t cases = 0, failures_total = 0, failures_not_saved = 0;
-  double seconds = 0, max_seconds = 0;
-  std::set<int> seen;
-  for (const nlohmann::json& s : shards) {
-    if (s.value("format", "") != "gdn-fuzz-results/1") throw std::invalid_argument("merge: not a gdn-fuzz-results/1 file");
-    if (s.value("seed", "") != out["seed"])
-      throw std::invalid_argument("merge: shards of different campaigns (seed " + s.value("seed", std::string()) + " vs " +
-                                  out["seed"].get<std::string>() + ")");
-    if (s["shard"].value("count", 1) != out["shard_count"].get<int>())
-      throw std::invalid_argument("merge: shards with different shard counts");
-    const int index = s["shard"].value("index", 0);
-    if (!seen.insert(index).second) throw std::invalid_argument("merge: shard " + std::to_string(index) + " given twice");
-    cases += s.value("cases", std::int64_t(0));
-    failures_total += s.value("failures_total", std::int64_t(0));
-    failures_not_saved += s.value("failures_not_saved", std::int64_t(0));
-    seconds += s.value("seconds", 0.0);
-    max_seconds = std::max(max_seconds, s.value("seconds", 0.0));
-    out["shards"].push_back({{"index", index}, {"cases", s["cases"]}, {"seconds", s["seconds"]},
-                             {"interrupted", s["interrupted"]}, {"device", s["device"]}});
-    for (const nlohmann::json& f : s["failures"]) out["failures"].push_back(f);
-    for (auto it = s["tallies"].begin(); it != s["tallies"].end(); ++it) {
-      nlohmann::json& t = out["tallies"][it.key()];
-      if (t.is_null()) t = nlohmann::json::object();
-      for (const char* key : {"pass", "fail", "error", "skipped"})
-        t[key] = t.value(key, std::int64_t(0)) + it.value().value(key, std::int64_t(0));
-      const auto margin = [](const nlohmann::json& m) { return m.is_number() ? m.get<double>() : INFINITY; };
-      if (!t.contains("worst_margin") || margin(it.value()["worst_margin"]) > margin(t["worst_margin"])) {
-        t["worst_margin"] = it.value()["worst_margin"];
-        t["worst_case"] = it.value()["worst_case"];
-      }
-    }
-  }
-  out["missing_shards"] = nlohmann::json::array();
-  for (int i = 0; i < out["shard_count"].get<int>(); ++i)
-    if (!seen.count(i)) out["missing_shards"].push_back(i);
-  out["cases"] = cases;
-  out["failures_total"] = failures_total;
-  out["failures_not_saved"] = failures_not_saved;
-  out["cpu_seconds"] = seconds;
-  out["wall_seconds"] = max_seconds;
-  return out;
 }
 
 }  // namespace gdn::cli

@@ -99,9 +99,12 @@ struct FuzzResult {
 
 FuzzResult run_fuzz(const FuzzOptions& options);
 
-// Joins shard result files' JSON into one (sums, concatenated failures, per-shard list).
-// Throws std::invalid_argument when they come from different campaigns (seed or shard count).
-nlohmann::json merge_results(const std::vector<nlohmann::json>& shards);
+// Joins shard result files' JSON into one (sums, concatenated failures, per-shard list). Every
+// field is read with checked access: throws std::invalid_argument naming the file (names[i],
+// else its position) and the key when one is missing or of the wrong type, when a shard index
+// lies outside [0, count), when a shard is given twice, and when shards come from different
+// campaigns (seed, shard count, implementations, budget or --cases).
+nlohmann::json merge_results(const std::vector<nlohmann::json>& shards, const std::vector<std::string>& names = {});
 
 // Versions of what built this binary (gdn-testbed git revision, compiler, Eigen, ...).
 nlohmann::json build_versions();

@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # End-to-end checks of the gdn-testbed binary (run by CTest):
 #   cli_test.sh BINARY WORKDIR STEP
-# STEP: conformance | fuzz | replay | generate-verify | merge | usage
+# STEP: conformance | fuzz | replay | generate-verify | merge | usage, and the regressions of
+# issue 29: verify-empty | batch-errors | merge-checked | fuzz-args | fuzz-lock |
+# stale-temporaries | generate-force
 set -euo pipefail
+repro=$(cd "$(dirname "$0")/../oracle/tests/repro" && pwd)
 bin=$1
 work=$2
 step=$3
 rm -rf "$work/$step"
 mkdir -p "$work/$step"
 cd "$work/$step"
+
+expect_rc() {  # expect_rc RC COMMAND...: COMMAND exits RC; its stdout/stderr in out.txt/err.txt
+  local want=$1; shift
+  set +e
+  "$@" > out.txt 2> err.txt
+  local rc=$?
+  set -e
+  [ "$rc" = "$want" ] || { echo "$*: expected exit $want, got $rc"; cat out.txt err.txt; exit 1; }
+}
 
 case "$step" in
 conformance)
@@ -105,6 +117,154 @@ usage)
   expect_usage_error --expect replay --expect maybe x.safetensors
   expect_usage_error "unknown command 'frobnicate'" frobnicate
   expect_usage_error "needs --seconds S or --cases N" fuzz
+  ;;
+verify-empty)
+  # Zero verdicts is an error unless asked for (issue 29, item 1).
+  expect_rc 2 "$bin" verify "$(mkdir -p empty && echo empty)"
+  grep -q -- --allow-empty err.txt || { cat err.txt; exit 1; }
+  expect_rc 0 "$bin" verify empty --allow-empty
+  # A folder whose only case cannot be read: an ERROR verdict, exit 1, and said so.
+  mkdir -p unreadable && printf 'not a case file' > unreadable/bad.safetensors
+  expect_rc 1 "$bin" verify unreadable
+  grep -q 'no readable case' err.txt || { cat err.txt; exit 1; }
+  ;;
+batch-errors)
+  # One bad file is one ERROR verdict; the batch goes on, and the JSON and JUnit outputs stay
+  # well-formed when a path holds invalid UTF-8 (issue 29, item 3).
+  mkdir -p batch
+  cp "$repro/good.safetensors" batch/a-good.safetensors
+  cp "$repro/operands_single_meta.safetensors" batch/b-operands-single.safetensors
+  mkdir batch/c-folder.safetensors
+  mkfifo batch/d-fifo.safetensors
+  printf 'junk' > "batch/e-bad-$(printf '\xff\xfe')-name.safetensors"
+  expect_rc 1 timeout 120 "$bin" verify batch --json verdicts.json --junit verdicts.xml
+  python3 - <<'PY'
+import json, xml.etree.ElementTree as ET
+j = json.load(open("verdicts.json", encoding="utf-8"))
+assert len(j["verdicts"]) == 5, [x["status"] for x in j["verdicts"]]
+by_name = {}
+for x in j["verdicts"]:
+    for key in ("a-good", "b-operands", "c-folder", "d-fifo", "e-bad"):
+        if key in x["case"] or key in x["message"]:
+            by_name[key] = x
+assert set(by_name) == {"a-good", "b-operands", "c-folder", "d-fifo", "e-bad"}, list(by_name)
+assert by_name["a-good"]["status"] == "PASS", by_name["a-good"]
+for key in ("c-folder", "d-fifo", "e-bad"):
+    assert by_name[key]["status"] == "ERROR", by_name[key]
+assert "folder" in by_name["c-folder"]["message"] and "FIFO" in by_name["d-fifo"]["message"]
+root = ET.parse("verdicts.xml").getroot()
+assert int(root.get("tests")) == 5 and int(root.get("errors")) >= 3, root.attrib
+PY
+  # A case over the size limits is an ERROR naming the flag that raises the limit (item 4).
+  expect_rc 1 "$bin" verify "$repro/tiny_5GB.safetensors"
+  grep -q -- '--max-case-bytes' out.txt || { cat out.txt; exit 1; }
+  expect_rc 1 "$bin" verify "$repro/good.safetensors" --max-case-bytes 1000
+  grep -q -- '--max-case-bytes' out.txt || { cat out.txt; exit 1; }
+  expect_rc 0 "$bin" verify "$repro/good.safetensors" --max-case-bytes 100000000
+  # replay: the same, file by file.
+  expect_rc 1 timeout 60 "$bin" replay batch/c-folder.safetensors batch/d-fifo.safetensors batch/a-good.safetensors --json replay.json
+  python3 -c 'import json; s=[v["status"] for v in json.load(open("replay.json"))["verdicts"]]; assert s == ["ERROR", "ERROR", "PASS"], s'
+  ;;
+merge-checked)
+  # Checked access: a shard lacking `failures` rejects that file by name, and nothing is
+  # written; shard indices outside [0, count) and shards of other campaigns are refused
+  # (issue 29, items 2 and 5).
+  run_merge() { expect_rc 2 "$@"; test ! -e merged.json || { echo "merge wrote merged.json"; exit 1; }; }
+  if command -v valgrind >/dev/null; then
+    run_merge valgrind -q --error-exitcode=99 "$bin" merge --out merged.json "$repro/shard0.json" "$repro/shard1_no_failures.json"
+  else
+    run_merge "$bin" merge --out merged.json "$repro/shard0.json" "$repro/shard1_no_failures.json"
+  fi
+  grep -q "shard1_no_failures.json: lacks 'failures'" err.txt || { cat err.txt; exit 1; }
+  run_merge "$bin" merge --out merged.json "$repro/shard0.json" "$repro/shard5of2.json"
+  grep -q "shard5of2.json: shard index 5 is outside \[0, 2)" err.txt || { cat err.txt; exit 1; }
+  python3 - "$repro/shard0.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for name, change in [("negative", lambda j: j["shard"].update(count=-2)),
+                     ("index-type", lambda j: j["shard"].update(index="1")),
+                     ("tallies-type", lambda j: j.update(tallies=[])),
+                     ("no-shard", lambda j: j.pop("shard"))]:
+    k = json.loads(json.dumps(j)); change(k); json.dump(k, open(name + ".json", "w"))
+PY
+  for bad in negative index-type tallies-type no-shard; do
+    run_merge "$bin" merge --out merged.json "$bad.json"
+    grep -q "$bad.json" err.txt || { cat err.txt; exit 1; }
+  done
+  "$bin" fuzz --cases 6 --shard 0/2 --seed 8 --out a --quiet
+  "$bin" fuzz --cases 8 --shard 1/2 --seed 8 --out b --quiet
+  "$bin" fuzz --cases 6 --shard 1/2 --seed 8 --out c --quiet --impl reference.chunked.f64
+  "$bin" fuzz --cases 6 --shard 1/2 --seed 8 --out d --quiet --budget bitwise
+  run_merge "$bin" merge --out merged.json a/results-shard-0-of-2.json b/results-shard-1-of-2.json
+  grep -q "another --cases" err.txt || { cat err.txt; exit 1; }
+  run_merge "$bin" merge --out merged.json a/results-shard-0-of-2.json c/results-shard-1-of-2.json
+  grep -q "other implementations" err.txt || { cat err.txt; exit 1; }
+  run_merge "$bin" merge --out merged.json a/results-shard-0-of-2.json d/results-shard-1-of-2.json
+  grep -q "another budget" err.txt || { cat err.txt; exit 1; }
+  ;;
+fuzz-args)
+  # Arguments are checked before any work (issue 29, item 5).
+  expect_rc 2 "$bin" fuzz --impl '' --cases 1 --out o; grep -q -- '--impl' err.txt
+  expect_rc 2 "$bin" fuzz --cases 1 --out ''; grep -q -- '--out' err.txt
+  expect_rc 2 "$bin" fuzz --cases 1 --out /; grep -q -- "root folder" err.txt
+  printf x > not-a-folder
+  expect_rc 2 "$bin" fuzz --cases 1 --out not-a-folder; grep -q -- "not a folder" err.txt
+  for s in nan inf -inf -1 1e400; do
+    expect_rc 2 "$bin" fuzz --seconds "$s" --out o; grep -q -- '--seconds' err.txt
+  done
+  expect_rc 2 "$bin" fuzz --cases 1 --max-K 4294967298 --out o; grep -q -- '--max-K' err.txt
+  expect_rc 2 "$bin" fuzz --cases 99999999999999999999 --out o; grep -q -- '--cases' err.txt
+  expect_rc 2 "$bin" fuzz --cases 0x10 --out o; grep -q -- '--cases' err.txt
+  expect_rc 2 "$bin" fuzz --cases 1 --seed -1 --out o; grep -q -- '--seed' err.txt
+  expect_rc 2 "$bin" fuzz --cases 1 --seed 18446744073709551616 --out o; grep -q -- '--seed' err.txt
+  expect_rc 2 "$bin" fuzz --impl reference.sequential.f64 --budget 'calibrated(baseline=operands_single)' --cases 1 --out o
+  grep -q "does not apply to reference.sequential.f64" err.txt || { cat err.txt; exit 1; }
+  # Stray positional arguments are refused by every command that takes none.
+  expect_rc 2 "$bin" fuzz --cases 1 --out o stray
+  expect_rc 2 "$bin" conformance stray
+  expect_rc 2 "$bin" list stray
+  expect_rc 2 "$bin" generate --out g stray
+  # Seeds are decimal (010 is ten) or 0x hexadecimal.
+  "$bin" fuzz --cases 1 --seed 010 --out s10 --quiet >/dev/null
+  "$bin" fuzz --cases 1 --seed 0x10 --out s16 --quiet >/dev/null
+  python3 -c 'import json; a=json.load(open("s10/results-shard-0-of-1.json")); b=json.load(open("s16/results-shard-0-of-1.json")); assert (a["seed"], b["seed"]) == ("10", "16"), (a["seed"], b["seed"])'
+  ;;
+fuzz-lock)
+  # Two fuzzers on one --out and shard: the second is refused (issue 29, item 5).
+  "$bin" fuzz --seconds 30 --out shared --quiet > first.txt 2>&1 &
+  first=$!
+  for _ in $(seq 100); do [ -s shared/.gdn-fuzz-shard-0-of-1.lock ] && break; sleep 0.1; done
+  set +e
+  "$bin" fuzz --cases 1 --out shared --quiet > out.txt 2> err.txt
+  rc=$?
+  set -e
+  kill -INT "$first"; wait "$first" || true
+  [ "$rc" = 2 ] || { echo "second fuzz on the same --out: expected exit 2, got $rc"; cat err.txt; exit 1; }
+  grep -q "another fuzz run (pid $first)" err.txt || { cat err.txt; exit 1; }
+  # Another shard into the same folder is fine.
+  "$bin" fuzz --cases 2 --shard 1/2 --out shared --quiet > /dev/null
+  ;;
+stale-temporaries)
+  # Temporaries of a killed run are removed at the next run's start (a dead writer, older than a
+  # minute); a live writer's are kept; verify never takes them for cases (issue 29, item 7).
+  mkdir -p out
+  sh -c 'exit 0' & dead=$!; wait "$dead"
+  touch -d '5 minutes ago' "out/x.safetensors.tmp.$dead.0" "out/results-shard-0-of-1.json.tmp.$dead.3"
+  touch -d '5 minutes ago' "out/y.safetensors.tmp.$$.0"
+  expect_rc 2 "$bin" verify out
+  "$bin" fuzz --cases 2 --out out --quiet > /dev/null 2> err.txt
+  test ! -e "out/x.safetensors.tmp.$dead.0" && test ! -e "out/results-shard-0-of-1.json.tmp.$dead.3" || { ls out; exit 1; }
+  test -e "out/y.safetensors.tmp.$$.0" || { echo "a live process's temporary was removed"; exit 1; }
+  grep -q "removed out/x.safetensors.tmp.$dead.0" err.txt || { cat err.txt; exit 1; }
+  ;;
+generate-force)
+  # generate refuses a folder that already holds cases; --force replaces them (item 8).
+  "$bin" generate --out g --cases 3 --seed 1 > /dev/null
+  expect_rc 2 "$bin" generate --out g --cases 1 --seed 2
+  grep -q -- "g already holds case files" err.txt && grep -q -- --force err.txt || { cat err.txt; exit 1; }
+  test "$(ls g/*.safetensors | wc -l)" = 3
+  "$bin" generate --out g --cases 1 --seed 2 --force > /dev/null
+  test "$(ls g/*.safetensors | wc -l)" = 1
   ;;
 *)
   echo "unknown step $step"; exit 2 ;;

@@ -12,6 +12,7 @@
 #include "cli/campaign.hpp"
 #include "cli/commands/commands.hpp"
 #include "cli/commands/options.hpp"
+#include "cli/output.hpp"
 
 #ifndef GDN_TESTBED_VERSION
 #define GDN_TESTBED_VERSION "unknown"
@@ -46,7 +47,8 @@ const char* kUsageHint = "(gdn-testbed help, or gdn-testbed COMMAND --help, for 
 
 int main(int argc, char** argv) {
   using namespace gdn::cli;
-  Context context{command_line(argc, argv), argv[0]};
+  // Valid UTF-8 (invalid bytes replaced): it is recorded in JSON and case-file metadata.
+  Context context{valid_utf8(command_line(argc, argv)), argc > 0 ? argv[0] : "gdn-testbed"};
 
   CLI::App app("gdn-testbed: verification of gated-delta-rule implementations", "gdn-testbed");
   app.set_version_flag("--version", version(), "print the version and the git revision it was built from");

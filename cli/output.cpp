@@ -40,24 +40,6 @@ std::string fit(std::string s, std::size_t width) {
   return s + std::string(width - s.size(), ' ');
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters, even escaped.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t' && c != '\r') out += ' ';
-        else out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 void print_table(std::ostream& out, const std::vector<oracle::Verdict>& verdicts, bool verbose) {
@@ -147,6 +129,81 @@ nlohmann::json verdicts_json(const std::string& command, const std::vector<oracl
   j["verdicts"] = nlohmann::json::array();
   for (const oracle::Verdict& v : verdicts) j["verdicts"].push_back(oracle::to_json(v));
   return j;
+}
+
+std::string valid_utf8(const std::string& text) {
+  static const std::string replacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(text.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // Lengths and the allowed range of the second byte (RFC 3629, table 3-7 of Unicode).
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) length = 2;
+    else if (c == 0xE0) length = 3, low = 0xA0;
+    else if (c >= 0xE1 && c <= 0xEC) length = 3;
+    else if (c == 0xED) length = 3, high = 0x9F;  // no surrogates
+    else if (c >= 0xEE && c <= 0xEF) length = 3;
+    else if (c == 0xF0) length = 4, low = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) length = 4;
+    else if (c == 0xF4) length = 4, high = 0x8F;  // at most U+10FFFF
+    std::size_t good = 0;
+    if (length > 0 && i + 1 < n && p[i + 1] >= low && p[i + 1] <= high) {
+      good = 2;
+      while (good < length && i + good < n && p[i + good] >= 0x80 && p[i + good] <= 0xBF) ++good;
+    }
+    if (length > 0 && good == length) {
+      out.append(text, i, length);
+      i += length;
+    } else {
+      out += replacement;
+      i += std::max<std::size_t>(1, good);
+    }
+  }
+  return out;
+}
+
+std::string xml_escape(const std::string& text) {
+  const std::string s = valid_utf8(text);
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      case '\n': out += "&#10;"; break;  // kept through attribute-value normalisation
+      case '\r': out += "&#13;"; break;
+      case '\t': out += "&#9;"; break;
+      default:
+        // XML 1.0 forbids the other control characters, even escaped, and U+FFFE, U+FFFF.
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+          out += ' ';
+        } else if (s.compare(i, 3, "\xEF\xBF\xBE") == 0 || s.compare(i, 3, "\xEF\xBF\xBF") == 0) {
+          out += "\xEF\xBF\xBD";
+          i += 2;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string dump_json(const nlohmann::json& json, int indent) {
+  return json.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 void write_text_file(const std::string& path, const std::string& text) {

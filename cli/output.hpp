@@ -26,6 +26,17 @@ std::string junit_xml(const std::string& suite, const std::vector<oracle::Verdic
 
 nlohmann::json verdicts_json(const std::string& command, const std::vector<oracle::Verdict>& verdicts);
 
+// `text` with every byte sequence that is not well-formed UTF-8 (stray continuation bytes,
+// overlong forms, surrogates, code points above U+10FFFF, truncated sequences) replaced by
+// U+FFFD: what JSON and XML outputs need, whatever bytes a path or message holds.
+std::string valid_utf8(const std::string& text);
+// The XML 1.0 text of `text`: valid UTF-8, markup characters escaped, characters XML forbids
+// (control characters but tab and newlines, U+FFFE, U+FFFF) replaced.
+std::string xml_escape(const std::string& text);
+// json.dump(indent) + "\n", with invalid UTF-8 in any string replaced by U+FFFD (nlohmann's
+// default would throw): JSON outputs stay well-formed whatever a path or message holds.
+std::string dump_json(const nlohmann::json& json, int indent = 2);
+
 // Atomic (temp + rename).
 void write_text_file(const std::string& path, const std::string& text);
 

@@ -1,5 +1,7 @@
 #include "cli/suite.hpp"
 
+#include <functional>
+
 #include "fuzz/sample.hpp"
 #include "oracle/implementations.hpp"
 
@@ -12,18 +14,26 @@ namespace gdn::cli {
 namespace {
 
 struct Spec {
-  const char* name;
+  std::string name;
   Problem problem;
   fuzz::InputOptions options;
+  // State cache: the slot of each sequence (-1: padding), in place of make_inputs' random ones,
+  // so that padding rows, shared and out-of-order slots sit where the case says.
+  std::vector<std::int32_t> slots = {};
 };
 
 GeneratedCase make(const Spec& s, std::uint64_t seed) {
   GeneratedCase c;
-  c.name = std::string("conformance/") + s.name;
+  c.name = "conformance/" + s.name;
   c.problem = s.problem;
   c.inputs = fuzz::make_inputs(s.problem, s.options, seed);
   c.generator = {{"source", "gdn-testbed conformance_cases"}, {"seed", std::to_string(seed)},
                  {"input_options", to_json(s.options)}};
+  if (!s.slots.empty()) {
+    c.inputs.state_indices = s.slots;
+    c.generator["state_indices"] = s.slots;
+  }
+  validate(c.problem, c.inputs);  // a malformed built-in case is a bug here, not a verdict
   return c;
 }
 
@@ -32,17 +42,53 @@ Problem with(Problem p, const std::function<void(Problem&)>& edit) {
   return p;
 }
 
+// A decode batch: N sequences of ts tokens against a cache of `slots.size()`-or-more slots.
+Problem decode_batch(int N, std::int64_t ts, int H, int HV, int K, int V, std::int64_t slot_count, DType dtype,
+                     const std::function<void(Problem&)>& edit) {
+  Problem p = Problem::fixed_length(N, ts, H, HV, K, V);
+  p.state_slots = slot_count;
+  p.input_dtype = dtype;
+  edit(p);
+  return p;
+}
+
+// Packs that put every special length of a chunk of C = 64 and of C = 37 (the chunked
+// references' second size): 0, 1, C - 1, C, C + 1 at the start, in the middle and at the end of
+// a pack. Each length starts one pack and ends another of each of the two sets, which differ in
+// shape, dtype, gates and states, so every (length, position) is in at least two cases.
+void add_packs(std::vector<Spec>& specs) {
+  const std::vector<std::int64_t> special{0, 1, 63, 64, 65, 36, 37, 38};
+  const std::size_t count = special.size();
+  for (int set = 0; set < 2; ++set)
+    for (std::size_t i = 0; i < count; ++i) {
+      std::vector<std::int64_t> lengths{special[i]};
+      for (std::size_t m = 0; m < count; ++m) lengths.push_back(special[(i + 1 + m) % count]);
+      lengths.push_back(special[(i + (set == 0 ? 3 : 5)) % count]);
+      Spec s;
+      s.name = "pack-" + std::string(set == 0 ? "a" : "b") + "-start" + std::to_string(lengths.front()) + "-end" +
+               std::to_string(lengths.back()) + (set == 0 ? "-bf16" : "-f16");
+      s.problem = set == 0 ? Problem::packed(lengths, 1, 2, 16, 16) : Problem::packed(lengths, 1, 1, 32, 16);
+      s.problem.input_dtype = set == 0 ? DType::bf16 : DType::f16;
+      if (set == 0) s.problem.has_h0 = true;
+      s.problem.has_hT = true;
+      if (set == 1) s.problem.gate_mode = GateMode::fused;
+      s.options.regime = i % 2 == 0 ? fuzz::GateRegime::mild : fuzz::GateRegime::strong;
+      specs.push_back(std::move(s));
+    }
+}
+
 }  // namespace
 
 std::vector<GeneratedCase> conformance_cases() {
   using fuzz::GateRegime;
-  fuzz::InputOptions mild, strong, underflow, no_decay, beta2, cache;
+  fuzz::InputOptions mild, strong, underflow, no_decay, beta2, cache, small;
   strong.regime = GateRegime::strong;
   underflow.regime = GateRegime::underflow;
   no_decay.regime = GateRegime::no_decay;
   beta2.beta_max = 2.0;
   cache.padding_fraction = 0.4;
-  const std::vector<Spec> specs = {
+  small.small_norms = true;
+  std::vector<Spec> specs = {
       {"varlen-boundaries-f32", with(Problem::packed({0, 1, 63, 64, 65, 130}, 2, 2, 32, 32), [](Problem& p) {
          p.has_h0 = p.has_hT = true;
        }), mild},
@@ -101,7 +147,80 @@ std::vector<GeneratedCase> conformance_cases() {
       {"empty-sequences-only", with(Problem::packed({0, 0}, 1, 1, 8, 8), [](Problem& p) {
          p.has_h0 = p.has_hT = true;
        }), mild},
+      // Small-norm q and k under l2norm (InputOptions::small_norms): rows of norm 1e-5 to 1e-2
+      // and exactly zero, where the epsilon inside the square root decides the result.
+      {"small-norm-l2norm-f32", with(Problem::packed({70, 0, 33}, 2, 4, 32, 16), [](Problem& p) {
+         p.use_qk_l2norm = true;
+         p.has_h0 = p.has_hT = true;
+       }), small},
+      {"small-norm-l2norm-bf16", with(Problem::packed({100, 29}, 1, 2, 64, 64), [](Problem& p) {
+         p.input_dtype = DType::bf16;
+         p.use_qk_l2norm = true;
+         p.has_hT = true;
+       }), small},
+      {"small-norm-l2norm-decode-f32", decode_batch(4, 2, 1, 2, 16, 32, 5, DType::f32, [](Problem& p) {
+         p.use_qk_l2norm = true;
+         p.has_h0 = p.has_hT = true;
+         p.store_intermediate_states = true;
+       }), small, {3, 0, -1, 4}},
+      // Fused gates, per-token states and dense prefill beyond the cases above.
+      {"fused-gates-strong-f16", with(Problem::packed({64, 130}, 2, 2, 64, 64), [](Problem& p) {
+         p.input_dtype = DType::f16;
+         p.gate_mode = GateMode::fused;
+         p.has_h0 = p.has_hT = true;
+       }), strong},
+      {"prefill-intermediate-states-bf16", with(Problem::packed({65, 0, 3}, 1, 2, 16, 32), [](Problem& p) {
+         p.input_dtype = DType::bf16;
+         p.has_h0 = p.has_hT = true;
+         p.store_intermediate_states = true;
+       }), mild},
+      // Decode batches (fixed length, a state cache): padding rows at the start, in the middle
+      // and at the end, slots out of order, shared slots (read-only: has_h0 without has_hT),
+      // per-token states, fused gates, both layouts, Ts = 1, C - 1, C, C + 1 (C = 64).
+      {"decode-ts1-padding-ends-bf16", decode_batch(6, 1, 2, 4, 32, 32, 8, DType::bf16, [](Problem& p) {
+         p.has_h0 = p.has_hT = true;
+         p.store_intermediate_states = true;
+       }), mild, {-1, 5, 0, 7, 2, -1}},
+      {"decode-ts1-padding-middle-fused-v-major-f32", decode_batch(5, 1, 1, 2, 16, 48, 6, DType::f32, [](Problem& p) {
+         p.has_h0 = p.has_hT = true;
+         p.gate_mode = GateMode::fused;
+         p.state_layout = StateLayout::v_major;
+       }), mild, {3, -1, 1, -1, 0}},
+      {"decode-ts64-v-major-states-f16", decode_batch(3, 64, 1, 2, 16, 16, 4, DType::f16, [](Problem& p) {
+         p.has_h0 = p.has_hT = true;
+         p.gate_mode = GateMode::fused;
+         p.state_layout = StateLayout::v_major;
+         p.store_intermediate_states = true;
+       }), mild, {2, -1, 0}},
+      {"decode-ts64-k-major-bf16", decode_batch(3, 64, 1, 1, 32, 32, 3, DType::bf16, [](Problem& p) {
+         p.has_h0 = p.has_hT = true;
+       }), strong, {1, 0, 2}},
+      {"decode-ts63-padding-start-no-h0-bf16", decode_batch(3, 63, 1, 1, 32, 16, 3, DType::bf16, [](Problem& p) {
+         p.has_hT = true;
+       }), mild, {-1, 2, 1}},
+      {"decode-ts63-states-f16", decode_batch(4, 63, 1, 2, 16, 16, 4, DType::f16, [](Problem& p) {
+         p.has_h0 = p.has_hT = true;
+         p.store_intermediate_states = true;
+       }), underflow, {0, 3, 1, 2}},
+      {"decode-ts65-padding-end-v-major-f32", decode_batch(4, 65, 1, 2, 16, 32, 5, DType::f32, [](Problem& p) {
+         p.has_h0 = p.has_hT = true;
+         p.state_layout = StateLayout::v_major;
+         p.gate_mode = GateMode::fused;
+       }), mild, {4, 1, 3, -1}},
+      {"decode-ts65-padding-middle-bf16", decode_batch(3, 65, 1, 1, 16, 16, 3, DType::bf16, [](Problem& p) {
+         p.has_h0 = p.has_hT = true;
+         p.gate_mode = GateMode::fused;
+         p.allow_negative_eigenvalues = true;
+       }), mild, {2, -1, 0}},
+      {"decode-shared-slots-read-only-f32", decode_batch(4, 2, 1, 2, 16, 16, 3, DType::f32, [](Problem& p) {
+         p.has_h0 = true;
+       }), mild, {1, 1, -1, 0}},
+      {"decode-shared-slots-read-only-v-major-bf16", decode_batch(5, 1, 2, 2, 32, 16, 2, DType::bf16, [](Problem& p) {
+         p.has_h0 = true;
+         p.state_layout = StateLayout::v_major;
+       }), mild, {0, 1, 0, 0, 1}},
   };
+  add_packs(specs);
   std::vector<GeneratedCase> cases;
   std::uint64_t seed = 1000;
   for (const Spec& s : specs) cases.push_back(make(s, seed++));
@@ -112,12 +231,11 @@ std::vector<oracle::Verdict> golden_verdicts(bool* available, std::string* why) 
   std::vector<oracle::Verdict> out;
 #if GDN_HAVE_GOLDEN
   *available = true;
-  std::vector<reference::GoldenCase> goldens;
-  for (const std::string& file : reference::golden_files())
-    for (reference::GoldenCase& g : reference::load_golden(file)) goldens.push_back(std::move(g));
+  std::string origin;
+  const std::vector<reference::GoldenCase> goldens = reference::load_all_golden(&origin);
   if (goldens.empty()) {
     *available = false;
-    *why = "no golden files in " + reference::golden_data_dir();
+    *why = "no golden cases (" + origin + ")";
   }
   const auto subjects = {std::make_pair(Formulation::sequential, 64), std::make_pair(Formulation::chunked, 64)};
   for (const reference::GoldenCase& g : goldens) {

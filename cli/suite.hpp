@@ -1,8 +1,12 @@
 #pragma once
 // The conformance suite: built-in cases that cover the operator's options (varlen with empty
-// sequences, chunk boundaries, GVA, l2norm, every dtype, every gate regime, beta up to 2, fused
-// gates, both state layouts, the state cache with padding, per-token states), and the golden
-// vectors of public implementations when they are built in.
+// sequences, chunk boundaries, GVA, l2norm, small-norm and zero q/k rows under l2norm, every
+// dtype, every gate regime, beta up to 2, fused gates, both state layouts, the state cache with
+// padding rows, shared and out-of-order slots, decode batches of Ts = 1, C - 1, C, C + 1,
+// per-token states, lengths 0, 1, C - 1, C, C + 1 at the start, middle and end of a pack for
+// C = 64 and 37), and the golden vectors of public implementations, built into the binary.
+// Each feature a registered implementation supports is in at least two cases of different
+// shapes (cli/suite_test.cpp checks it against the registry).
 #include <vector>
 
 #include "cli/campaign.hpp"
@@ -13,7 +17,8 @@ std::vector<GeneratedCase> conformance_cases();
 
 // The golden-vector verdicts of the double references (empty when the golden loader is not
 // built in). Each golden case gives one verdict per reference, with the golden tolerance as
-// the budget (reference/golden.hpp).
+// the budget (reference/golden.hpp). The cases are the ones built into the binary, or those of
+// the folder GDN_GOLDEN_DIR names (reference::load_all_golden); a loading error is thrown.
 std::vector<oracle::Verdict> golden_verdicts(bool* available, std::string* why);
 
 }  // namespace gdn::cli

@@ -24,6 +24,21 @@ inline std::string shape_string(const Shape& shape) {
   return s + "]";
 }
 
+// The multi-index of flat row-major position `flat` in `shape`, as "[i, j, k]" ("[-]" for a
+// negative position): how messages name one element.
+inline std::string index_string(const Shape& shape, std::int64_t flat) {
+  if (flat < 0) return "[-]";
+  std::vector<std::int64_t> index(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const std::int64_t extent = shape[d] > 1 ? shape[d] : 1;
+    index[d] = flat % extent;
+    flat /= extent;
+  }
+  std::string s = "[";
+  for (std::size_t d = 0; d < index.size(); ++d) s += (d ? ", " : "") + std::to_string(index[d]);
+  return s + "]";
+}
+
 template <class T>
 class HostTensor {
  public:

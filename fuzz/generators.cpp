@@ -23,6 +23,7 @@ std::string describe(const InputOptions& options) {
   s << "regime=" << gate_regime_name(options.regime) << " beta_max=" << options.beta_max
     << " unit_keys=" << (options.unit_keys ? "true" : "false") << " state_scale=" << options.state_scale
     << " padding_fraction=" << options.padding_fraction;
+  if (options.small_norms) s << " small_norms=true";
   return s.str();
 }
 
@@ -43,7 +44,7 @@ std::string Case::describe() const {
 CaseSpace CaseSpace::chunked(int chunk_size) {
   CaseSpace space;
   space.chunk_size = chunk_size;
-  space.intermediate_states = false;
+  space.intermediate_states = false;  // the chunked form has none
   return space;
 }
 
@@ -275,6 +276,7 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     c.options.beta_max = (negative && p.gate_mode == GateMode::direct) ? 2.0 : 1.0;
     c.options.unit_keys = !*maybe(space.raw_keys, 1, 3);
     c.options.state_scale = *gen::element(0.5, 0.5, 0.0, 2.0);
+    c.options.small_norms = p.use_qk_l2norm && *maybe(space.small_norms, 1, 3);
     c.seed = *gen::arbitrary<std::uint64_t>();
     p.validate();
     return c;

@@ -87,12 +87,17 @@ struct CaseSpace {
 
   // Features.
   Feature l2norm = true;
+  // With l2norm, a quarter of the cases in the small-norm regime (InputOptions::small_norms:
+  // q/k rows of norm 1e-5 to 1e-2 and exactly zero, where the l2norm epsilon decides).
+  Feature small_norms = true;
   Feature initial_state = true;        // has_h0
   Feature final_state = true;          // has_hT
   Feature v_major = true;              // state layout (off: k_major only)
   Feature state_cache = true;          // slots with -1 padding instead of dense states
   int max_extra_slots = 2;             // a cache holds N + 0..max_extra_slots slots
-  Feature intermediate_states = false; // per-token states (sequential formulation only)
+  // Per-token states (sequential formulation only): on by default, so that every consumer whose
+  // implementation produces them tests them; the chunked presets switch them off.
+  Feature intermediate_states = true;
   Feature fused_gates = true;          // A_log, dt_bias, a, b
   Feature negative_eigenvalues = true; // beta in [0, 2): direct beta_max = 2, or fused 2 sigmoid
   Feature gva = true;                  // HV > H

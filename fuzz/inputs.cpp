@@ -57,6 +57,24 @@ Inputs make_inputs(const Problem& problem, const InputOptions& options, std::uin
       for (int i = 0; i < problem.K; ++i) row[i] *= inv;
     }
   }
+  if (options.small_norms && problem.use_qk_l2norm) {
+    // Drawn from their own stream, so that switching the regime on leaves every other tensor
+    // of the case as it was.
+    std::mt19937_64 small_rng(seed ^ 0x5A110F0D0E5B11ull);
+    std::uniform_real_distribution<double> draw(0.0, 1.0);
+    for (HostTensor<double>* x : {&in.q, &in.k})
+      for (std::int64_t r = 0; r < problem.T * problem.H; ++r) {
+        const double which = draw(small_rng);
+        const double norm_exponent = -5.0 + 3.0 * draw(small_rng);  // |x| in [1e-5, 1e-2]
+        if (which >= 0.25 + 1.0 / 16) continue;
+        double* row = x->data() + r * problem.K;
+        double sum = 0;
+        for (int i = 0; i < problem.K; ++i) sum += row[i] * row[i];
+        const double factor = which < 1.0 / 16 || sum == 0 ? 0.0 : std::pow(10.0, norm_exponent) / std::sqrt(sum);
+        for (int i = 0; i < problem.K; ++i) row[i] *= factor;
+      }
+    reference::round_in_place(dt, in.q);
+  }
   reference::round_in_place(dt, in.k);
   in.v = normal_tensor(problem.v_shape(), 1.0, dt, rng);
 

@@ -25,6 +25,13 @@ struct InputOptions {
   bool unit_keys = true;
   double state_scale = 0.5;        // h0 ~ N(0, state_scale^2)
   double padding_fraction = 0.0;   // state cache: share of sequences given index -1
+  // Small-norm regime, for problems with use_qk_l2norm (ignored without it: keys are then
+  // unit-normalised by unit_keys, and the epsilon of §2 is never used). A quarter of the q and
+  // of the k rows are rescaled to a norm drawn log-uniformly from [1e-5, 1e-2] and one in
+  // sixteen is exactly zero, so that the l2norm epsilon (1e-6 inside the square root, §2)
+  // decides the normalised value: with N(0, 1) rows (|x|^2 ~ K) it never matters, and an
+  // implementation that places it wrongly stays within every budget.
+  bool small_norms = false;
 };
 
 // Deterministic in (problem, options, seed). Fills exactly the tensors the problem needs.

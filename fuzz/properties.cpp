@@ -41,18 +41,6 @@ struct Unsupported {
   std::string why;
 };
 
-std::string index_string(const Shape& shape, std::int64_t flat) {
-  if (flat < 0) return "[-]";
-  std::vector<std::int64_t> index(shape.size());
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    const std::int64_t extent = std::max<std::int64_t>(shape[d], 1);
-    index[d] = flat % extent;
-    flat /= extent;
-  }
-  std::string s = "[";
-  for (std::size_t d = 0; d < index.size(); ++d) s += (d ? "," : "") + std::to_string(index[d]);
-  return s + "]";
-}
 
 // Collects the checks of one property evaluation.
 class Report {
@@ -890,6 +878,62 @@ PropertyResult exact_store_and_retrieve(Implementation& impl, const Case& c, con
 }
 
 // ---------------------------------------------------------------------------------------------
+// (k) per-token states against the implementation's own final states
+
+PropertyResult intermediate_states_anchor(Implementation& impl, const Case& c, const oracle::BudgetOptions& budget) {
+  return evaluate("intermediate_states_anchor", 12, impl, c, budget, [](Context& ctx) {
+    Problem p = ctx.c.problem;
+    p.store_intermediate_states = true;
+    p.has_hT = true;
+    if (!ctx.supports(p)) {
+      // Only the per-token states are refused (a chunked implementation): nothing to anchor.
+      if (ctx.supports(ctx.c.problem)) return;
+      throw Unsupported{p.describe()};
+    }
+    const Inputs in = ctx.c.inputs();
+    const Outputs<double> whole = ctx.run(p, in);
+    const Allowance a = ctx.allow(p, in, whole);
+    const std::int64_t block = state_block_size(p);
+    auto state_after = [&](std::int64_t t) {  // the per-token state of packed token t
+      HostTensor<double> state(state_block_shape(p));
+      std::copy(whole.intermediate.data() + t * block, whole.intermediate.data() + (t + 1) * block, state.data());
+      return state;
+    };
+    for (int n = 0; n < p.N(); ++n) {
+      const std::int64_t row = state_row_of(p, in, n), L = p.seq_len(n);
+      if (L == 0) continue;
+      if (row < 0) {
+        const HostTensor<double> rows = intermediate_rows(p, whole.intermediate, n);
+        ctx.report.compare("per-token states of padding sequence " + std::to_string(n) + " (must be 0)",
+                           HostTensor<double>(rows.shape()), rows, 0.0);
+        continue;
+      }
+      ctx.report.compare("last per-token state of sequence " + std::to_string(n) + " vs its hT",
+                         state_block(p, whole.hT, row), state_after(p.seq_begin(n) + L - 1), a.hT + a.intermediate);
+    }
+    const std::vector<int> candidates = live_sequences(p, in, true);
+    if (candidates.empty()) return;
+    const int n = candidates[static_cast<std::size_t>(ctx.uniform(0, std::int64_t(candidates.size()) - 1))];
+    const Piece piece = extract(p, in, n);
+    std::vector<std::int64_t> ends{piece.length};  // prefix lengths: the whole sequence and 0 to 2 more
+    const int more = static_cast<int>(ctx.uniform(0, 2));
+    for (int i = 0; i < more; ++i) ends.push_back(ctx.uniform(1, piece.length));
+    for (std::int64_t end : ends) {
+      Piece prefix = slice(piece, p, 0, end);
+      prefix.h0 = piece.h0;
+      Packed alone = assemble(p, in, {prefix});
+      alone.problem.store_intermediate_states = false;
+      const Outputs<double> out = ctx.run(alone.problem, alone.inputs);
+      const Allowance b = ctx.allow(alone.problem, alone.inputs, out);
+      ctx.report.compare("per-token state after token " + std::to_string(end - 1) + " of sequence " +
+                             std::to_string(n) + " vs hT of that prefix run alone",
+                         state_block(alone.problem, out.hT, 0), state_after(p.seq_begin(n) + end - 1),
+                         a.intermediate + b.hT);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 
 const std::vector<Property>& all_properties() {
   static const std::vector<Property> properties{
@@ -906,6 +950,8 @@ const std::vector<Property>& all_properties() {
       {"underflow_resets", "after g = -1e4 nothing earlier matters", underflow_resets},
       {"exact_store_and_retrieve", "unit key, g = 0, beta = 1: o = v exactly", exact_store_and_retrieve},
       {"matches_long_double", "o, hT equal the long double sequential reference", matches_long_double},
+      {"intermediate_states_anchor", "the state after token t equals hT of the prefix ending at t",
+       intermediate_states_anchor},
   };
   return properties;
 }

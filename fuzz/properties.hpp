@@ -93,6 +93,15 @@ PropertyResult exact_store_and_retrieve(Implementation& impl, const Case& c, con
 //     references; for a kernel it is (a) against a more exact oracle).
 PropertyResult matches_long_double(Implementation& impl, const Case& c, const oracle::BudgetOptions& budget);
 
+// (k) Per-token states anchored without a second implementation: with the case's per-token
+//     states switched on, (1) each sequence's last per-token state equals its final state hT,
+//     (2) the state after token t of a sequence equals the final state of the prefix ending at
+//     t, run alone from the same initial state (1 to 3 random t per case, the last token
+//     included), and (3) padding rows store zero states. An implementation without per-token
+//     states passes with no check (nothing to anchor); one that rejects the problem itself is
+//     unsupported. Budgets: each run's max-abs allowance for its states.
+PropertyResult intermediate_states_anchor(Implementation& impl, const Case& c, const oracle::BudgetOptions& budget);
+
 // All of the above, in this order.
 const std::vector<Property>& all_properties();
 const Property& find_property(const std::string& name);  // throws std::invalid_argument

@@ -39,7 +39,8 @@ enum class Fault {
   sequence_starts_late,   // cu_seqlens off by one: each later sequence's first token is run last in the one before
   padding_writes_output,  // -1 rows output ones instead of zeros
   touches_unnamed_slots,  // zeroes cache slots nobody names
-  v_major_read_as_k_major // state layout ignored on read
+  v_major_read_as_k_major, // state layout ignored on read
+  states_before_write     // the per-token state of token t stored before its rank-one write
 };
 
 const char* fault_name(Fault f) {
@@ -56,6 +57,7 @@ const char* fault_name(Fault f) {
     case Fault::padding_writes_output: return "padding_writes_output";
     case Fault::touches_unnamed_slots: return "touches_unnamed_slots";
     case Fault::v_major_read_as_k_major: return "v_major_read_as_k_major";
+    case Fault::states_before_write: return "states_before_write";
   }
   return "?";
 }
@@ -146,13 +148,17 @@ class Naive : public Implementation {
             for (int i = 0; i < K; ++i) sum += S[static_cast<std::size_t>(i * V + vv)] * k[static_cast<std::size_t>(i)];
             Sk[static_cast<std::size_t>(vv)] = beta * (in.v[gi * V + vv] - sum);
           }
+          if (fault_ == Fault::states_before_write && p.store_intermediate_states)
+            for (int kk = 0; kk < K; ++kk)
+              for (int vv = 0; vv < V; ++vv)
+                out.intermediate[(t * HV + j) * KV + offset(kk, vv, v_major)] = S[static_cast<std::size_t>(kk * V + vv)];
           for (int i = 0; i < K; ++i)
             for (int vv = 0; vv < V; ++vv)
               S[static_cast<std::size_t>(i * V + vv)] += k[static_cast<std::size_t>(i)] * Sk[static_cast<std::size_t>(vv)];
           if (fault_ == Fault::decay_after_write)
             for (double& s : S) s *= decay;
           if (fault_ != Fault::read_before_write) read();
-          if (p.store_intermediate_states)
+          if (p.store_intermediate_states && fault_ != Fault::states_before_write)
             for (int kk = 0; kk < K; ++kk)
               for (int vv = 0; vv < V; ++vv)
                 out.intermediate[(t * HV + j) * KV + offset(kk, vv, v_major)] = S[static_cast<std::size_t>(kk * V + vv)];
@@ -202,7 +208,8 @@ TEST_CASE("the property suite catches planted faults", "[properties][faults]") {
   const std::vector<Fault> faults{Fault::decay_after_write,    Fault::read_before_write,  Fault::gva_modulo,
                                   Fault::l2norm_without_eps,   Fault::ignores_h0,         Fault::beta_squared,
                                   Fault::drops_state_every_64, Fault::sequence_starts_late, Fault::padding_writes_output,
-                                  Fault::touches_unnamed_slots, Fault::v_major_read_as_k_major};
+                                  Fault::touches_unnamed_slots, Fault::v_major_read_as_k_major,
+                                  Fault::states_before_write};
   CaseSpace space;
   space.max_work = 3e5;
   const auto generator = fuzz::gen_case(space);
@@ -237,5 +244,8 @@ TEST_CASE("the property suite catches planted faults", "[properties][faults]") {
     const bool relation_blind = fault == Fault::decay_after_write || fault == Fault::read_before_write ||
                                 fault == Fault::beta_squared || fault == Fault::l2norm_without_eps;
     if (!relation_blind) CHECK(relational > 0);
+    // Per-token states have their own anchor, which needs no oracle (the default space draws
+    // them; the property switches them on in every case).
+    if (fault == Fault::states_before_write) CHECK(caught["intermediate_states_anchor"] > 0);
   }
 }

@@ -6,7 +6,7 @@ namespace gdn::fuzz {
 
 nlohmann::json to_json(const InputOptions& o) {
   return {{"regime", gate_regime_name(o.regime)}, {"beta_max", o.beta_max}, {"unit_keys", o.unit_keys},
-          {"state_scale", o.state_scale}, {"padding_fraction", o.padding_fraction}};
+          {"state_scale", o.state_scale}, {"padding_fraction", o.padding_fraction}, {"small_norms", o.small_norms}};
 }
 
 InputOptions input_options_from_json(const nlohmann::json& j) {
@@ -17,6 +17,8 @@ InputOptions input_options_from_json(const nlohmann::json& j) {
   o.unit_keys = j.at("unit_keys").get<bool>();
   o.state_scale = j.at("state_scale").get<double>();
   o.padding_fraction = j.at("padding_fraction").get<double>();
+  // Absent in files written before the small-norm regime existed: those cases were drawn without it.
+  o.small_norms = j.contains("small_norms") ? j.at("small_norms").get<bool>() : false;
   return o;
 }
 

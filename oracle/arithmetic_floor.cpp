@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "reference/prepare.hpp"
 #include "reference/state_io.hpp"
 
 namespace gdn::oracle {
+
+bool ArithmeticFloor::applies() const { return largest <= std::numeric_limits<float>::max(); }
 
 ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit) {
   validate(problem, inputs);
@@ -26,6 +29,11 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
   std::vector<double> q(K), k(K);
   const double root_k = std::sqrt(double(K));
   const double u2 = unit * unit;
+  // NaN compares false with everything: record it as +inf so that applies() is false.
+  auto track = [&result](double x) {
+    const double magnitude = std::isnan(x) ? std::numeric_limits<double>::infinity() : std::fabs(x);
+    result.largest = std::max(result.largest, magnitude);
+  };
   for (int n = 0; n < problem.N(); ++n) {
     const std::int64_t row = reference::state_row(problem, inputs, n);
     if (row < 0) continue;
@@ -62,8 +70,11 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
             S(kk, vv) *= alpha;
             dot += S(kk, vv) * k[kk];
             dot_terms2 += S(kk, vv) * k[kk] * S(kk, vv) * k[kk];
+            track(S(kk, vv));
           }
           const double delta = v[vv] - dot;
+          track(dot);
+          track(delta);
           // Per element, this step's roundings: the decay; the K-term dot product S^T k (a
           // K-term sum errs by about u sqrt(K) |terms|_2: relative to its terms, not to its
           // result, which may cancel), written back along k; the sum S + k beta delta; the
@@ -72,7 +83,9 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
           double read = 0, read_terms2 = 0, o = 0;
           for (int kk = 0; kk < K; ++kk) {
             const double decayed = S(kk, vv);
+            track(k[kk] * beta * delta);
             S(kk, vv) += k[kk] * beta * delta;
+            track(S(kk, vv));
             decayed_norm2 += decayed * decayed;
             updated_norm2 += S(kk, vv) * S(kk, vv);
             double& e = energy(kk, vv);
@@ -85,6 +98,8 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
           // errors (in energy); the decays' shared error is relative to o itself.
           floor.o.data()[(t * HV + j) * V + vv] = unit * root_k * std::sqrt(read_terms2) + std::sqrt(read);
           shared.o.data()[(t * HV + j) * V + vv] = std::fabs(o);
+          track(o);
+          track(floor.o.data()[(t * HV + j) * V + vv]);
         }
         // The decays' shared error is a relative perturbation of the decayed part of S: of the
         // new S it is that part's share (at most all of it; none after an underflowing gate).
@@ -103,6 +118,10 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
       }
     }
   }
+  for (const Outputs<double>* part : {&result.independent, &result.shared})
+    for (const HostTensor<double>* f : {&part->o, &part->hT, &part->intermediate})
+      for (std::int64_t i = 0; i < f->numel(); ++i)
+        if (!std::isfinite((*f)[i])) result.largest = std::numeric_limits<double>::infinity();
   return result;
 }
 

@@ -49,6 +49,13 @@ struct ArithmeticFloor {
   Outputs<double> independent, shared;
   std::int64_t shared_groups = 0;  // (sequence, head) pairs that ran tokens
   std::int64_t shared_tokens = 0;  // tokens of named sequences, summed over heads
+  // The largest magnitude the modelled computation handles: the decayed state alpha S, the
+  // updated state, S^T k, the delta, the write k beta delta, o (+inf when any of them, or any
+  // floor, is not finite). The model describes an fp32 computation that stays finite; where
+  // this exceeds fp32's largest finite value, that computation overflows and the floor
+  // describes nothing (applies() is false).
+  double largest = 0;
+  bool applies() const;
 };
 // `unit` is the working precision's unit roundoff (2^-24 for fp32 state and accumulation).
 // Validates the problem and inputs first (ProblemError).

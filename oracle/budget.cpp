@@ -217,23 +217,69 @@ nlohmann::json number(double x) {
   return x > 0 ? "inf" : "-inf";
 }
 
-double margin_of(double error, double budget) {
-  if (std::isnan(error)) return INFINITY;
-  if (error == 0) return 0.0;
-  if (budget == 0) return INFINITY;
-  return error / budget;
-}
-
-Check make_check(OutputTensor tensor, std::string metric, double error, double budget, std::string basis) {
+// A check whose error or budget is not a finite number (or whose budget is negative) never
+// passes, whatever the other number is: an infinite budget would pass any output, a NaN makes
+// every comparison meaningless, and inf / inf is NaN. Its margin is +inf and its basis says
+// which number is not finite and why (`error_why`, `budget_why`: the judge's diagnosis, e.g.
+// "3 elements of o are NaN ..."), before how the budget was formed.
+Check make_check(OutputTensor tensor, std::string metric, double error, double budget, std::string basis,
+                 const std::string& error_why = "", const std::string& budget_why = "") {
   Check c;
   c.tensor = tensor;
   c.metric = std::move(metric);
   c.error = error;
   c.budget = budget;
-  c.margin = margin_of(error, budget);
-  c.pass = c.margin <= 1.0;
-  c.basis = std::move(basis);
+  const bool error_finite = std::isfinite(error);
+  const bool budget_finite = std::isfinite(budget) && budget >= 0;
+  if (error_finite && budget_finite) {
+    c.margin = error == 0 ? 0.0 : (budget == 0 ? INFINITY : error / budget);
+    c.pass = c.margin <= 1.0;
+    c.basis = std::move(basis);
+    return c;
+  }
+  std::string why;
+  if (!error_finite) why = "error is " + sci(error) + (error_why.empty() ? "" : ": " + error_why);
+  if (!budget_finite) {
+    if (!why.empty()) why += "; ";
+    why += (std::isfinite(budget) ? "budget is negative" : "budget not finite") +
+           (budget_why.empty() ? std::string() : ": " + budget_why);
+  }
+  c.margin = INFINITY;
+  c.pass = false;
+  c.basis = why + " (never passes); budget: " + basis;
   return c;
+}
+
+Allowance allowance_of(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
+                       const Outputs<double>& exact, Formulation formulation, int chunk_size);
+
+std::string elements(std::int64_t count) {
+  return std::to_string(count) + (count == 1 ? " element" : " elements");
+}
+
+// "2 elements of o (1 NaN, 1 inf in o)": the non-finite mismatches of a comparison.
+std::string nonfinite_mismatches(const TensorMetrics& m) {
+  const std::string name = output_tensor_name(m.tensor);
+  return elements(m.nonfinite_mismatches) + " of " + name + " (" + std::to_string(m.nan_count) + " NaN, " +
+         std::to_string(m.inf_count) + " inf in " + name + ")";
+}
+
+// Why a tensor's error metric is not finite, from its metrics.
+std::string error_diagnosis(const TensorMetrics& m, const char* metric) {
+  if (m.nonfinite_mismatches > 0)
+    return "NaN or inf where the reference is finite (or unlike a non-finite reference): " + nonfinite_mismatches(m);
+  if (std::string(metric) == "rel_rms" && m.rms_ref == 0)
+    return std::string("relative to a reference ") + output_tensor_name(m.tensor) + " that is all zero";
+  return "the difference overflowed the largest double";
+}
+
+// The count of non-finite elements of a tensor's exact reference, as words ("" when none).
+std::string reference_diagnosis(const TensorMetrics& m) {
+  if (m.ref_nan_count + m.ref_inf_count == 0) return "";
+  const std::string name = output_tensor_name(m.tensor);
+  return "the exact reference is not finite: " + std::to_string(m.ref_nan_count) + " NaN, " +
+         std::to_string(m.ref_inf_count) + " inf elements of " + name +
+         " (the oracle overflowed, or a NaN reached it): nothing can be judged against it";
 }
 
 const HostTensor<double>& tensor_of(const Outputs<double>& outputs, OutputTensor tensor) {
@@ -290,8 +336,13 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
     if (!inputs) throw std::invalid_argument("oracle::judge: the analytic budget needs the inputs");
     if (formulation == Formulation::chunked && chunk_size < 1)
       throw std::invalid_argument("oracle::judge: the analytic budget of a chunked formulation needs its chunk size");
-    analytic = max_abs_allowance(options, problem, *inputs, reference, formulation, chunk_size);
+    analytic = allowance_of(options, problem, *inputs, reference, formulation, chunk_size);
   }
+  // What the verdict's message says beyond the checks: why a budget or an error is not finite.
+  std::vector<std::string> notes;
+  auto note = [&notes](const std::string& text) {
+    if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
+  };
   // The arithmetic floor, computed at most once and only for a check that fails without it.
   std::optional<ArithmeticFloor> arithmetic;
   auto arithmetic_floor_of = [&]() -> const ArithmeticFloor* {
@@ -327,15 +378,51 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
         const std::string units = compact(options.floor_units) + " u " + dtype_name(floor_dtype);
         const char* const baseline_name =
             options.baseline == BudgetBaseline::operands_single ? " (emulation, operands single) + " : " (emulation) + ";
-        Check rel = make_check(tensor, "rel_rms", m.rel_rms, options.factor * b.rel_rms + rms_floor,
-                               compact(options.factor) + " x " + sci(b.rel_rms) + baseline_name + sci(rms_floor) +
-                                   " (" + units + ")");
-        Check abs = make_check(tensor, "max_abs", m.max_abs_error, options.factor * b.max_abs_error + abs_floor,
-                               compact(options.factor) + " x " + sci(b.max_abs_error) + baseline_name +
-                                   sci(abs_floor) + " (" + compact(options.floor_units) + " ulp " +
-                                   dtype_name(floor_dtype) + " at max|ref|)");
-        if (!rel.pass || !abs.pass) {
-          if (const ArithmeticFloor* a = arithmetic_floor_of()) {
+        // The emulation's term, factor x its error. Where that error is not finite (the
+        // emulation overflowed or met a NaN; for rel_rms also a reference that is all zero) it
+        // says nothing about what the precision achieves, and factor x inf would pass any
+        // output: the term is dropped (which only lowers the budget) and the analysis-based
+        // parts remain, the floor and, for a check that fails without it, the arithmetic floor
+        // where its model applies (docs/budgets.md, "Non-finite errors and budgets").
+        auto emulation_term = [&](double baseline_error, const char* metric, std::string* basis) {
+          if (std::isfinite(baseline_error)) {
+            *basis = compact(options.factor) + " x " + sci(baseline_error) + baseline_name;
+            return options.factor * baseline_error;
+          }
+          const std::string why = b.nonfinite_mismatches > 0
+                                      ? "the emulation is NaN or inf where the reference is finite: " +
+                                            nonfinite_mismatches(b)
+                                      : "the emulation's " + std::string(metric) + " is " + sci(baseline_error) +
+                                            ": " + error_diagnosis(b, metric);
+          *basis = why + "; its term dropped; ";
+          note(std::string(name) + ": " + why + "; its term is dropped, the budget is the analysis-based part alone");
+          return 0.0;
+        };
+        std::string rel_term, abs_term;
+        const double rel_emulation = emulation_term(b.rel_rms, "rel_rms", &rel_term);
+        const double abs_emulation = emulation_term(b.max_abs_error, "max_abs", &abs_term);
+        Check rel = make_check(tensor, "rel_rms", m.rel_rms, rel_emulation + rms_floor,
+                               rel_term + sci(rms_floor) + " (" + units + ")", error_diagnosis(m, "rel_rms"));
+        Check abs = make_check(tensor, "max_abs", m.max_abs_error, abs_emulation + abs_floor,
+                               abs_term + sci(abs_floor) + " (" + compact(options.floor_units) + " ulp " +
+                                   dtype_name(floor_dtype) + " at max|ref|)",
+                               error_diagnosis(m, "max_abs"));
+        // A non-finite error or budget fails whatever is added: no floor is added to it.
+        const bool rescue_rel = !rel.pass && std::isfinite(m.rel_rms) && std::isfinite(rel.budget);
+        const bool rescue_abs = !abs.pass && std::isfinite(m.max_abs_error) && std::isfinite(abs.budget);
+        if (rescue_rel || rescue_abs) {
+          const ArithmeticFloor* a = arithmetic_floor_of();
+          if (a && !a->applies()) {
+            // The model describes an fp32 computation that stays finite: where that
+            // computation overflows (or the model met a NaN) it bounds nothing.
+            const std::string not_added = "; arithmetic floor not added: the fp32 computation it models " +
+                                     (std::isfinite(a->largest) ? "reaches " + sci(a->largest) + " > " +
+                                                                      sci(std::numeric_limits<float>::max()) +
+                                                                      " (fp32 overflows)"
+                                                                : std::string("is not finite"));
+            if (rescue_rel) rel.basis += not_added;
+            if (rescue_abs) abs.basis += not_added;
+          } else if (a) {
             // The floor stands in for what one draw of the emulation's error cannot tell. Over
             // n independent draws the rms of a correct implementation's errors spreads by about
             // 1 / sqrt(2n) around its typical value, the max by about 1 / sqrt(2 ln n): the
@@ -368,18 +455,25 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
                 options.arithmetic_units * (own.rms / std::sqrt(n_own) + gates.rms / std::sqrt(n_gates));
             const double largest = options.arithmetic_units * (own.largest / std::sqrt(1 + 2 * std::log(n_own)) +
                                                                gates.largest / std::sqrt(1 + 2 * std::log(n_gates)));
-            // rel_rms is relative to rms(ref): the floor's rms over it (inf when ref is all 0
-            // and the floor is not: then only the absolute checks can say anything).
-            const double floor_rel = floor_rms == 0 ? 0.0 : (m.rms_ref == 0 ? INFINITY : floor_rms / m.rms_ref);
             const std::string why = " (arithmetic floor: " + compact(options.arithmetic_units) +
                                     " x modelled fp32 rounding error over " + std::to_string(own.nonzero) +
                                     " elements and " + std::to_string(decay_draws) + " decay draws";
-            if (!rel.pass)
-              rel = make_check(tensor, "rel_rms", m.rel_rms, rel.budget + floor_rel,
-                               rel.basis + " + " + sci(floor_rel) + why + ", rms / sqrt(n))");
-            if (!abs.pass)
+            // rel_rms is relative to rms(ref): the floor's rms over it. When ref is all 0 (and
+            // the floor is not) that quotient is inf and would pass anything: it is not added,
+            // and only the absolute check can say anything (rel_rms is then 0 or inf itself).
+            if (rescue_rel) {
+              if (floor_rms > 0 && !(m.rms_ref > 0))
+                rel.basis += "; arithmetic floor not added: the reference is all zero (max_abs judges)";
+              else if (std::isfinite(floor_rms))
+                rel = make_check(tensor, "rel_rms", m.rel_rms, rel.budget + (floor_rms == 0 ? 0.0 : floor_rms / m.rms_ref),
+                                 rel.basis + " + " + sci(floor_rms == 0 ? 0.0 : floor_rms / m.rms_ref) + why +
+                                     ", rms / sqrt(n))",
+                                 error_diagnosis(m, "rel_rms"));
+            }
+            if (rescue_abs && std::isfinite(largest))
               abs = make_check(tensor, "max_abs", m.max_abs_error, abs.budget + largest,
-                               abs.basis + " + " + sci(largest) + why + ", max / sqrt(1 + 2 ln n))");
+                               abs.basis + " + " + sci(largest) + why + ", max / sqrt(1 + 2 ln n))",
+                               error_diagnosis(m, "max_abs"));
           }
         }
         v.checks.push_back(rel);
@@ -396,9 +490,10 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
         if (options.fixed_abs_rms > 0) {
           v.checks.push_back(make_check(tensor, "rms_error", m.rms_error, threshold * m.rms_ref + options.fixed_abs_rms,
                                         basis + ": " + sci(threshold) + " x rms(ref) " + sci(m.rms_ref) + " + " +
-                                            sci(options.fixed_abs_rms)));
+                                            sci(options.fixed_abs_rms),
+                                        error_diagnosis(m, "rms_error")));
         } else {
-          v.checks.push_back(make_check(tensor, "rel_rms", m.rel_rms, threshold, basis));
+          v.checks.push_back(make_check(tensor, "rel_rms", m.rel_rms, threshold, basis, error_diagnosis(m, "rel_rms")));
         }
         // A fixed relative RMS says nothing about a few NaNs among many finite values: hold
         // non-finite mismatches to zero explicitly.
@@ -414,14 +509,34 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
                                                            : analytic->intermediate;
         v.checks.push_back(make_check(tensor, "max_abs", m.max_abs_error, budget,
                                       std::string("u (64 sqrt((L+1)(K+V)) + 16 Gamma_C) x max(max|ref|, magnitudes), u = ") +
-                                          (options.analytic_long_double ? "2^-64" : "2^-53")));
+                                          (options.analytic_long_double ? "2^-64" : "2^-53"),
+                                      error_diagnosis(m, "max_abs"),
+                                      "the magnitudes the inputs can reach (oracle::magnitudes) overflow double"));
         break;
+      }
+    }
+    // The oracle itself must be finite: an output equal to a non-finite reference has no error
+    // by the metrics, but nothing was checked. Not under bitwise, whose reference is another
+    // run of the implementation (agreement, NaN equal to NaN, is all it judges).
+    if (options.model != BudgetModel::bitwise) {
+      const std::string why = reference_diagnosis(m);
+      if (!why.empty()) {
+        Check c = make_check(tensor, "reference", double(m.ref_nan_count + m.ref_inf_count), 0.0, why);
+        c.margin = INFINITY;
+        c.pass = false;
+        v.checks.push_back(c);
+        note(std::string(name) + ": " + why);
       }
     }
   }
   bool pass = true;
-  for (const Check& c : v.checks) pass = pass && c.pass;
+  for (const Check& c : v.checks) {
+    pass = pass && c.pass;
+    if (!std::isfinite(c.error) || !std::isfinite(c.budget))
+      note(std::string(output_tensor_name(c.tensor)) + ": " + c.basis.substr(0, c.basis.find(" (never passes)")));
+  }
   v.status = pass ? Status::pass : Status::fail;
+  for (const std::string& text : notes) v.message += (v.message.empty() ? "" : "; ") + text;
   return v;
 }
 
@@ -633,8 +748,10 @@ double analytic_relative_bound(const Problem& problem, const Inputs& inputs, For
   return bound;
 }
 
-Allowance max_abs_allowance(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
-                            const Outputs<double>& exact, Formulation formulation, int chunk_size) {
+namespace {
+// The max-abs budget with non-finite parts left as they are (judge() reports them).
+Allowance allowance_of(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
+                       const Outputs<double>& exact, Formulation formulation, int chunk_size) {
   if (options.model == BudgetModel::bitwise) return {};
   if (options.model == BudgetModel::fixed)
     throw std::invalid_argument("oracle::max_abs_allowance: the fixed budget bounds an rms, no single element");
@@ -672,10 +789,27 @@ Allowance max_abs_allowance(const BudgetOptions& options, const Problem& problem
                                     problem.store_intermediate_states ? Formulation::sequential : formulation,
                                     chunk_size);
     }
-    a.o += options.factor * difference(exact.o, baseline.o).max_abs;
-    a.hT += options.factor * difference(exact.hT, baseline.hT).max_abs;
-    a.intermediate += options.factor * difference(exact.intermediate, baseline.intermediate).max_abs;
+    // A baseline that is not finite (it overflowed) bounds nothing: its term is dropped, as
+    // judge() drops it, leaving the floor.
+    auto term = [&options](const HostTensor<double>& e, const HostTensor<double>& b) {
+      const double d = difference(e, b).max_abs;
+      return std::isfinite(d) ? options.factor * d : 0.0;
+    };
+    a.o += term(exact.o, baseline.o);
+    a.hT += term(exact.hT, baseline.hT);
+    a.intermediate += term(exact.intermediate, baseline.intermediate);
   }
+  return a;
+}
+}  // namespace
+
+Allowance max_abs_allowance(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
+                            const Outputs<double>& exact, Formulation formulation, int chunk_size) {
+  Allowance a = allowance_of(options, problem, inputs, exact, formulation, chunk_size);
+  // No finite bound applies (the magnitudes overflow double): 0, so that only equal results
+  // pass, however the caller compares.
+  for (double* part : {&a.o, &a.hT, &a.intermediate})
+    if (!std::isfinite(*part) || *part < 0) *part = 0;
   return a;
 }
 

@@ -39,7 +39,8 @@ struct BudgetOptions {
   // calibrated: the arithmetic floor (oracle/arithmetic_floor.hpp): this many times the
   // modelled rounding error of a correct fp32 computation, weighted by the check's statistics.
   // Added only to a check that fails without it (it can only raise a budget; computing it
-  // costs one more pass of the recurrence). 0 turns it off.
+  // costs one more pass of the recurrence), and only where its model applies (the fp32
+  // computation it models stays finite: ArithmeticFloor::applies). 0 turns it off.
   double arithmetic_units = 4.0;
   // calibrated: the unit of the floor for states (hT, intermediate): false, fp32's (the states'
   // dtype); true, the input dtype's when that is bf16 or fp16: for kernels that feed their state
@@ -74,9 +75,13 @@ struct Check {
   std::string metric;  // "rel_rms", "max_abs", "mismatches"
   double error = 0;
   double budget = 0;
-  double margin = 0;   // error / budget (0 when both are 0, inf when only the budget is)
-  bool pass = false;
-  std::string basis;   // how the budget was formed, e.g. "2 x 1.6e-03 (emulation) + 3.9e-03 (1 u bf16)"
+  // error / budget: 0 when the error is 0, inf when only the budget is; inf, and never a pass,
+  // when the error or the budget is not finite (docs/budgets.md, "Non-finite errors and budgets").
+  double margin = 0;
+  bool pass = false;   // margin <= 1 with a finite error and a finite budget
+  // How the budget was formed, e.g. "2 x 1.6e-03 (emulation) + 3.9e-03 (1 u bf16)"; when the
+  // error or the budget is not finite it starts with which and why.
+  std::string basis;
 };
 
 struct Verdict {
@@ -105,7 +110,10 @@ nlohmann::json to_json(const Check& check);
 
 // Judges `actual` against `reference` (the oracle's outputs) under the options. baseline is the
 // precision-emulating reference's outputs on the same input: required for calibrated, unused
-// otherwise. For bitwise, `reference` is whatever the outputs must equal bit for bit (another
+// otherwise. Never PASS while a check's error or budget is not finite or the oracle's outputs
+// are not (a failing `reference` check per such tensor, except under bitwise); a calibrated
+// check whose emulation error is not finite drops that term and keeps the analysis-based
+// floors; the verdict's message says why (docs/budgets.md, "Non-finite errors and budgets"). For bitwise, `reference` is whatever the outputs must equal bit for bit (another
 // run, another packing). Checks o, and hT / intermediate when the problem asks for them.
 // analytic needs `inputs` and, for a chunked formulation, its chunk_size (> 0).
 Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double>& reference,
@@ -213,7 +221,9 @@ double analytic_relative_bound(const Problem& problem, const Inputs& inputs, For
 //   bitwise:    0 (bit for bit, up to the sign of zero);
 //   fixed:      throws std::invalid_argument (an rms threshold bounds no single element).
 // `exact` is the exact value on that run's input; without a baseline any approximation of it
-// within this budget serves (only max|.| is used).
+// within this budget serves (only max|.| is used). A baseline term that is not finite (the
+// emulation overflowed) is dropped; a tensor whose allowance would not be finite gets 0, so
+// that only equal results pass however the caller compares.
 Allowance max_abs_allowance(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
                             const Outputs<double>& exact, Formulation formulation, int chunk_size);
 

@@ -1,11 +1,18 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
+#include <string>
 
+#include <nlohmann/json.hpp>
+#include <rapidcheck.h>
+
+#include "fuzz/catch_properties.hpp"
 #include "fuzz/inputs.hpp"
 #include "oracle/arithmetic_floor.hpp"
 #include "oracle/budget.hpp"
+#include "oracle/case_file.hpp"
 #include "oracle/implementations.hpp"
 #include "oracle/registry.hpp"
 #include "reference/chunked.hpp"
@@ -255,12 +262,27 @@ TEST_CASE("evaluate: references pass their budgets, planted faults fail theirs",
     INFO(v.details());
     CHECK(v.status == Status::pass);
   }
+  // Faults of features this case lacks (l2norm of small-norm rows, per-token states) show on a
+  // second case that has them: every fault fails at least one of the two, by far.
+  Problem features = Problem::packed({70, 9}, 1, 2, 16, 16);
+  features.has_h0 = true;
+  features.has_hT = true;
+  features.use_qk_l2norm = true;
+  features.store_intermediate_states = true;
+  fuzz::InputOptions small;
+  small.small_norms = true;
+  CaseContext featured("l2norm of small-norm rows, per-token states", features, fuzz::make_inputs(features, small, 22));
   for (const RegistryEntry* e : registry.select("fault.*")) {
     auto impl = e->make();
-    const Verdict v = evaluate(*impl, context, e->default_budget);
-    INFO(v.details());
-    CHECK(v.status == Status::fail);
-    CHECK(v.worst_margin() > 10);
+    double worst = 0;
+    for (CaseContext* c : {&context, &featured}) {
+      const Verdict v = evaluate(*impl, *c, e->default_budget);
+      INFO(v.details());
+      CHECK(v.status != Status::error);
+      if (v.status == Status::fail) worst = std::max(worst, v.worst_margin());
+    }
+    INFO(e->name);
+    CHECK(worst > 10);
   }
 }
 
@@ -435,4 +457,280 @@ TEST_CASE("difference: max-abs error, non-finite and shape mismatches are infini
   CHECK(std::isinf(difference(a, b).max_abs));
   CHECK(std::isinf(difference(a, HostTensor<double>({2})).max_abs));
   CHECK(max_abs(b) == 1.5);
+}
+
+// ----- non-finite errors and budgets (docs/budgets.md, "Non-finite errors and budgets") ----
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const Check* find_check(const Verdict& v, OutputTensor tensor, const std::string& metric) {
+  for (const Check& c : v.checks)
+    if (c.tensor == tensor && c.metric == metric) return &c;
+  return nullptr;
+}
+
+// The repro sample: fp16 inputs, contractive (unit key, beta = 1, g = 0), q = v = 60000, so the
+// exact o reaches 3.6e9, far above fp16's largest value: the emulation's o overflows to inf.
+CaseFile f16_overflow_case() {
+  return read_case_file(std::string(GDN_REPRO_DIR) + "/f16_overflow_zero_o.safetensors");
+}
+
+}  // namespace
+
+TEST_CASE("non-finite: an emulation that overflows gives no infinite budget (repro f16_overflow_zero_o)",
+          "[oracle][budget][nonfinite]") {
+  const CaseFile c = f16_overflow_case();
+  REQUIRE(c.outputs);
+  REQUIRE(c.problem.input_dtype == DType::f16);
+  for (const int chunk_size : {0, 64}) {
+    const Formulation formulation = chunk_size ? Formulation::chunked : Formulation::sequential;
+    CaseContext context("f16 overflow", c.problem, c.inputs);
+    const Outputs<double>& exact = context.exact();
+    REQUIRE(max_abs(exact.o) > 3e9);
+    REQUIRE(std::isinf(difference(exact.o, context.emulation(formulation, chunk_size).o).max_abs));
+    // out.o all zeros: it passed with budget inf. Now every budget is finite and o fails by far.
+    const Verdict zero = evaluate_outputs("ext.zero", formulation, chunk_size, context, *c.outputs, BudgetOptions{});
+    INFO(zero.details());
+    CHECK(zero.status == Status::fail);
+    for (const Check& check : zero.checks) CHECK(std::isfinite(check.budget));
+    const Check* o_abs = find_check(zero, OutputTensor::o, "max_abs");
+    REQUIRE(o_abs);
+    CHECK_FALSE(o_abs->pass);
+    CHECK(o_abs->margin > 100);
+    CHECK(contains(o_abs->basis, "the emulation is NaN or inf where the reference is finite: 3 elements of o"));
+    CHECK(contains(o_abs->basis, "term dropped"));
+    CHECK(contains(zero.message, "emulation"));
+    // What remains is the analysis: one ulp of fp16 at max|ref| (2^21) and the arithmetic
+    // floor. The exact o passes under it, o 1e-3 off (two fp16 ulps) fails.
+    const Verdict right = evaluate_outputs("exact", formulation, chunk_size, context, exact, BudgetOptions{});
+    INFO(right.details());
+    CHECK(right.status == Status::pass);
+    Outputs<double> off = exact;
+    for (std::int64_t i = 0; i < off.o.numel(); ++i) off.o[i] *= 1 + 1e-3;
+    const Verdict near = evaluate_outputs("near", formulation, chunk_size, context, off, BudgetOptions{});
+    INFO(near.details());
+    CHECK(near.status == Status::fail);
+    // The emulation's own outputs (o = inf): error inf, margin inf (not NaN), and it says why.
+    const Verdict emulated = evaluate_outputs("emulation", formulation, chunk_size, context,
+                                              context.emulation(formulation, chunk_size), BudgetOptions{});
+    INFO(emulated.details());
+    CHECK(emulated.status == Status::fail);
+    CHECK(std::isinf(emulated.worst_margin()));
+    REQUIRE(emulated.worst_check());
+    CHECK(contains(emulated.worst_check()->basis, "error is inf"));
+    CHECK(contains(emulated.worst_check()->basis, "inf in o"));
+  }
+  // The arithmetic floor's model applies here: its fp32 computation stays finite (3.6e9).
+  CHECK(arithmetic_floor(c.problem, c.inputs, unit_roundoff(DType::f32)).applies());
+}
+
+TEST_CASE("non-finite: the same with g = 80, where no analysis applies, fails and says why",
+          "[oracle][budget][nonfinite]") {
+  CaseFile c = f16_overflow_case();
+  REQUIRE(c.outputs);
+  for (std::int64_t i = 0; i < c.inputs.g.numel(); ++i) c.inputs.g[i] = 80;
+  // exp(80) = 5.5e34 times the state (6e4) exceeds fp32's range: the emulation's state and o are
+  // NaN, and the fp32 computation the arithmetic floor models overflows too. With that floor
+  // (about 1e37 here) the zero o would pass: it must not be used.
+  const ArithmeticFloor floor = arithmetic_floor(c.problem, c.inputs, unit_roundoff(DType::f32));
+  CHECK_FALSE(floor.applies());
+  CHECK(floor.largest > 1e38);
+  CaseContext context("f16 overflow, g = 80", c.problem, c.inputs);
+  const Verdict v = evaluate_outputs("ext.zero", Formulation::sequential, 0, context, *c.outputs, BudgetOptions{});
+  INFO(v.details());
+  CHECK(v.status == Status::fail);
+  for (const Check& check : v.checks) CHECK(std::isfinite(check.budget));
+  const Check* o_abs = find_check(v, OutputTensor::o, "max_abs");
+  REQUIRE(o_abs);
+  CHECK_FALSE(o_abs->pass);
+  CHECK(contains(o_abs->basis, "arithmetic floor not added"));
+  CHECK(contains(o_abs->basis, "fp32 overflows"));
+}
+
+TEST_CASE("non-finite: an unwritten (NaN) output row fails under every budget with margin inf, not NaN",
+          "[oracle][budget][nonfinite]") {
+  Problem p = Problem::packed({20, 13}, 1, 2, 8, 8);
+  p.has_h0 = true;
+  p.has_hT = true;
+  const Inputs in = fuzz::make_inputs(p, {}, 17);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
+  Outputs<double> actual = emulated;
+  const std::int64_t row = 19;  // the first sequence's last token, every head and element
+  for (std::int64_t e = 0; e < std::int64_t(p.HV) * p.V; ++e) actual.o[row * p.HV * p.V + e] = NAN;
+  for (const char* budget : {"calibrated", "calibrated(arith=0)", "fixed", "fixed(rel_rms=1e-12,abs=1e-14)", "analytic",
+                             "bitwise"}) {
+    BudgetOptions options;
+    std::string error;
+    REQUIRE(parse_budget(budget, &options, &error));
+    const Verdict v = options.model == BudgetModel::bitwise
+                          ? judge(p, &in, emulated, actual, nullptr, Formulation::sequential, options)
+                          : judge(p, &in, exact, actual, &emulated, Formulation::sequential, options);
+    INFO(budget << "\n" << v.details());
+    CHECK(v.status == Status::fail);
+    CHECK(std::isinf(v.worst_margin()));
+    for (const Check& c : v.checks) CHECK_FALSE(std::isnan(c.margin));
+    CHECK(to_json(v)["worst_margin"] == "inf");
+    if (options.model != BudgetModel::bitwise) {
+      CHECK(contains(v.message, "NaN or inf where the reference is finite"));
+      CHECK(contains(v.message, "16 elements of o (16 NaN, 0 inf in o)"));
+      CHECK(contains(v.worst_check()->basis, "error is inf"));
+      CHECK(contains(v.worst_check()->basis, "16 NaN"));
+    }
+  }
+}
+
+TEST_CASE("non-finite: an infinite or NaN budget passes nothing, not even an exact output; inf / inf is margin inf",
+          "[oracle][budget][nonfinite]") {
+  Problem p = Problem::packed({9}, 1, 1, 4, 4);
+  p.has_hT = true;
+  const Inputs in = fuzz::make_inputs(p, {}, 4);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
+  Outputs<double> nan_row = exact;
+  nan_row.o[0] = NAN;
+  // parse_budget refuses non-finite parameters; a program can still set them.
+  for (const double bad : {double(INFINITY), double(NAN)}) {
+    BudgetOptions options;
+    options.floor_units = bad;
+    const Verdict same = judge(p, &in, exact, exact, &emulated, Formulation::sequential, options);
+    INFO(same.details());
+    CHECK(same.status == Status::fail);
+    for (const Check& c : same.checks) {
+      CHECK_FALSE(c.pass);
+      CHECK(std::isinf(c.margin));
+      CHECK(contains(c.basis, "budget not finite"));
+    }
+    CHECK(contains(same.message, "budget not finite"));
+    const Verdict both = judge(p, &in, exact, nan_row, &emulated, Formulation::sequential, options);
+    INFO(both.details());
+    const Check* o_abs = find_check(both, OutputTensor::o, "max_abs");
+    REQUIRE(o_abs);
+    CHECK(std::isinf(o_abs->error));
+    CHECK(std::isinf(o_abs->margin));  // inf / inf was NaN
+    CHECK(contains(o_abs->basis, "error is inf"));
+    CHECK(contains(o_abs->basis, "budget not finite"));
+  }
+}
+
+TEST_CASE("non-finite: an exact reference that is not finite passes nothing", "[oracle][budget][nonfinite]") {
+  Problem p = Problem::packed({6}, 1, 1, 4, 4);
+  p.has_hT = true;
+  const Inputs in = fuzz::make_inputs(p, {}, 6);
+  Outputs<double> exact = reference::sequential<double>(p, in);
+  exact.o[2] = INFINITY;  // the oracle overflowed; the implementation reproduces it
+  exact.hT[1] = NAN;
+  for (const char* budget : {"calibrated", "fixed", "fixed(rel_rms=1e-12,abs=1e-14)", "analytic"}) {
+    BudgetOptions options;
+    std::string error;
+    REQUIRE(parse_budget(budget, &options, &error));
+    const Verdict v = judge(p, &in, exact, exact, &exact, Formulation::sequential, options);
+    INFO(budget << "\n" << v.details());
+    CHECK(v.status == Status::fail);
+    const Check* o_ref = find_check(v, OutputTensor::o, "reference");
+    const Check* hT_ref = find_check(v, OutputTensor::hT, "reference");
+    REQUIRE(o_ref);
+    REQUIRE(hT_ref);
+    CHECK_FALSE(o_ref->pass);
+    CHECK(std::isinf(o_ref->margin));
+    CHECK(contains(o_ref->basis, "0 NaN, 1 inf elements of o"));
+    CHECK(contains(hT_ref->basis, "1 NaN, 0 inf elements of hT"));
+    CHECK(contains(v.message, "exact reference is not finite"));
+  }
+}
+
+TEST_CASE("max-abs allowance: a baseline that overflowed is dropped, not summed as inf", "[oracle][budget][nonfinite]") {
+  const CaseFile c = f16_overflow_case();
+  const Outputs<double> exact = reference::sequential<double>(c.problem, c.inputs);
+  const Allowance a = max_abs_allowance(BudgetOptions{}, c.problem, c.inputs, exact, Formulation::sequential, 0);
+  CHECK(std::isfinite(a.o));
+  CHECK(std::isfinite(a.hT));
+  // The floor alone: 1 u of fp16 times the scale (>= max|exact o| = 3.6e9).
+  CHECK(a.o >= unit_roundoff(DType::f16) * max_abs(exact.o));
+  CHECK(a.o < 2 * unit_roundoff(DType::f16) * std::max(max_abs(exact.o), magnitudes(c.problem, c.inputs).o));
+}
+
+// Property: whatever is NaN or infinite, in the implementation's outputs, the oracle's, the
+// emulation's, or in the budget's own parameters, no verdict is PASS while any of its checks
+// has an error or a budget that is not finite; no margin is NaN; and a non-finite output
+// element where the oracle is finite, or a non-finite oracle, never passes.
+TEST_CASE("property: no PASS with a non-finite error, budget or reference", "[oracle][budget][nonfinite][property]") {
+  fuzz::rc_section("verdicts with NaN and inf planted at random", [] {
+    const int K = *rc::gen::inRange(1, 5);
+    const int V = *rc::gen::inRange(1, 5);
+    const int T1 = *rc::gen::inRange(1, 7), T2 = *rc::gen::inRange(0, 5);
+    Problem p = Problem::packed({T1, T2}, 1, 1, K, V);
+    p.has_h0 = *rc::gen::arbitrary<bool>();
+    p.has_hT = *rc::gen::arbitrary<bool>();
+    p.input_dtype = *rc::gen::element(DType::f32, DType::bf16, DType::f16);
+    const std::uint64_t seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
+    Inputs in = fuzz::make_inputs(p, {}, seed);
+    // Inputs that overflow the emulation: a huge q and v (fp16's largest value is 65504), a
+    // growing gate.
+    if (*rc::gen::arbitrary<bool>()) {
+      const double big = p.input_dtype == DType::f16 ? 60000.0 : std::ldexp(1.0, 100);  // exact in the dtype
+      for (std::int64_t i = 0; i < in.q.numel(); ++i) in.q[i] = big;
+      for (std::int64_t i = 0; i < in.v.numel(); ++i) in.v[i] = big;
+    }
+    if (*rc::gen::arbitrary<bool>())
+      for (std::int64_t i = 0; i < in.g.numel(); ++i) in.g[i] = *rc::gen::element(0.0, 5.0, 80.0);
+    const Formulation formulation = *rc::gen::element(Formulation::sequential, Formulation::chunked);
+    const int chunk_size = formulation == Formulation::chunked ? *rc::gen::element(1, 2, 64) : 0;
+    Outputs<double> exact = reference::sequential<double>(p, in);
+    Outputs<double> baseline = reference::emulate(p, in, formulation, chunk_size);
+    Outputs<double> actual = *rc::gen::arbitrary<bool>() ? exact : baseline;
+    const std::vector<double> specials{NAN, INFINITY, -INFINITY, 1e300, -1e300, 0.0, 3.4e38};
+    auto plant = [&](HostTensor<double>& t) {
+      if (t.numel() == 0) return;
+      const int count = *rc::gen::inRange(0, 3);
+      for (int i = 0; i < count; ++i)
+        t[*rc::gen::inRange<std::int64_t>(0, t.numel())] = *rc::gen::elementOf(specials);
+    };
+    for (Outputs<double>* outputs : {&actual, &exact, &baseline}) {
+      if (*rc::gen::arbitrary<bool>()) plant(outputs->o);
+      if (*rc::gen::arbitrary<bool>()) plant(outputs->hT);
+    }
+    std::string text = *rc::gen::element(std::string("calibrated"), std::string("calibrated(arith=0)"),
+                                         std::string("calibrated(factor=1,floor=0)"), std::string("fixed"),
+                                         std::string("fixed(rel_rms=1e-12,abs=1e-14)"), std::string("analytic"),
+                                         std::string("bitwise"));
+    BudgetOptions options;
+    std::string error;
+    RC_ASSERT(parse_budget(text, &options, &error));
+    if (*rc::gen::arbitrary<bool>()) {  // parameters only a program can set
+      const double bad = *rc::gen::element(double(INFINITY), double(NAN), -1.0);
+      switch (*rc::gen::inRange(0, 3)) {
+        case 0: options.factor = bad; break;
+        case 1: options.floor_units = bad; break;
+        default: options.fixed_abs_rms = bad; break;
+      }
+    }
+    const Verdict v = judge(p, &in, exact, actual, &baseline, formulation, options, std::max(chunk_size, 1));
+    RC_LOG() << text << " (" << options.describe() << ")\n" << v.details();
+    const nlohmann::json json = to_json(v);
+    RC_ASSERT(json["worst_margin"] != "nan");
+    bool any_nonfinite_check = false;
+    for (const Check& c : v.checks) {
+      RC_ASSERT(!std::isnan(c.margin));
+      if (!std::isfinite(c.error) || !std::isfinite(c.budget)) {
+        any_nonfinite_check = true;
+        RC_ASSERT(!c.pass);
+        RC_ASSERT(std::isinf(c.margin));
+      }
+    }
+    if (v.status != Status::pass) return;
+    RC_ASSERT(!any_nonfinite_check);
+    for (const Check& c : v.checks) RC_ASSERT(c.pass && c.margin <= 1.0);
+    // A PASS never hides a non-finite element: not in the output where the oracle (for
+    // bitwise: the other run) is finite, and not in the oracle itself.
+    std::vector<std::pair<const HostTensor<double>*, const HostTensor<double>*>> pairs{{&exact.o, &actual.o}};
+    if (p.has_hT) pairs.push_back({&exact.hT, &actual.hT});
+    for (const auto& [r, x] : pairs)
+      for (std::int64_t i = 0; i < r->numel(); ++i) {
+        if (options.model != BudgetModel::bitwise) RC_ASSERT(std::isfinite((*r)[i]));
+        if (std::isfinite((*r)[i])) RC_ASSERT(std::isfinite((*x)[i]));
+      }
+  });
 }

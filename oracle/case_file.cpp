@@ -1,14 +1,15 @@
 #include "oracle/case_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 
@@ -33,6 +34,40 @@ bool host_is_little_endian() {
   std::uint8_t first;
   std::memcpy(&first, &one, 1);
   return first == 1;
+}
+
+// Parses [begin, end) as one JSON value with nothing after it but JSON whitespace, and refuses
+// what nlohmann would otherwise let through: a NUL byte (its lexer takes NUL for the end of the
+// input and ignores whatever follows) and a key given twice in one object (it keeps the last
+// silently, another reader may keep the first). `label` names the text in errors.
+nlohmann::json parse_json_strict(const char* begin, const char* end, const std::string& what, const std::string& label) {
+  if (const void* nul = std::memchr(begin, 0, static_cast<std::size_t>(end - begin)))
+    fail(what, label + " holds a NUL byte at offset " +
+                   std::to_string(static_cast<const char*>(nul) - begin) + " (JSON text has none)");
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t track = [&](int, nlohmann::json::parse_event_t event,
+                                                      nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) open_objects.emplace_back();
+    else if (event == E::object_end && !open_objects.empty()) open_objects.pop_back();
+    else if (event == E::key && !open_objects.empty() && duplicate.empty() && parsed.is_string() &&
+             !open_objects.back().insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(begin, end, track);
+  } catch (const nlohmann::json::exception& e) {
+    fail(what, label + " is not valid JSON: " + e.what());
+  }
+  if (!duplicate.empty()) fail(what, label + " has the key '" + duplicate + "' twice in one object");
+  return value;
+}
+
+nlohmann::json parse_json_strict(const std::string& text, const std::string& what, const std::string& label) {
+  return parse_json_strict(text.data(), text.data() + text.size(), what, label);
 }
 
 // Safetensors dtypes and their sizes (upstream's list, minus the 8-bit floats no kernel here uses).
@@ -70,13 +105,20 @@ SafetensorsFile parse_safetensors(const std::uint8_t* data, std::size_t size, co
   if (header_length < 2) fail(what, "header of " + std::to_string(header_length) + " bytes cannot hold a JSON object");
   const char* header_begin = reinterpret_cast<const char*>(data + 8);
   if (header_begin[0] != '{') fail(what, "header must start with '{' (a JSON object)");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(header_begin, header_begin + header_length);
-  } catch (const nlohmann::json::exception& e) {
-    fail(what, std::string("header is not valid JSON: ") + e.what());
-  }
+  // The format pads the header with spaces (0x20) only: the object must end at the last byte
+  // that is not a space.
+  const char* header_end = header_begin + header_length;
+  if (const void* nul = std::memchr(header_begin, 0, header_length))
+    fail(what, "header holds a NUL byte at offset " + std::to_string(static_cast<const char*>(nul) - header_begin) +
+                   " (the header is JSON padded with spaces only; a NUL would hide what follows it from this reader)");
+  const nlohmann::json header = parse_json_strict(header_begin, header_end, what, "header");
   if (!header.is_object()) fail(what, "header must be a JSON object");
+  // JSON allows any whitespace after the object; the format only spaces.
+  while (header_end > header_begin && header_end[-1] == ' ') --header_end;
+  if (header_end[-1] != '}')
+    fail(what, "header must be one JSON object followed by nothing but spaces (0x20), found byte " +
+                   std::to_string(static_cast<unsigned char>(header_end[-1])) + " at offset " +
+                   std::to_string(header_end - 1 - header_begin));
 
   const std::uint8_t* buffer = data + 8 + header_length;
   const std::uint64_t buffer_size = size - 8 - header_length;
@@ -226,15 +268,53 @@ void write_file_atomic(const std::string& path, const std::vector<std::uint8_t>&
   }
 }
 
-std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CaseFileError("case file " + path + ": cannot open");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw CaseFileError("case file " + path + ": cannot read");
-  in.seekg(0);
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Closes the descriptor on every path out of read_file_bytes.
+struct FileDescriptor {
+  int fd;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+std::vector<std::uint8_t> read_file_bytes(const std::string& path, std::uint64_t max_bytes) {
+  auto refuse = [&](const std::string& rule) -> void { throw CaseFileError("case file " + path + ": " + rule); };
+  // stat() first: a FIFO is never opened (opening one for reading waits for a writer), nor a
+  // directory (its "size" would be read as the file's), nor a device.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) refuse(std::string("cannot open: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) refuse(std::string("is ") + file_kind(st.st_mode) + ", not a regular file");
+  // O_NONBLOCK: should the path have been replaced by a FIFO since the stat(), the open
+  // returns at once instead of waiting; fstat() then checks what was actually opened.
+  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};
+  if (file.fd < 0) refuse(std::string("cannot open: ") + std::strerror(errno));
+  if (::fstat(file.fd, &st) != 0) refuse(std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) refuse(std::string("is ") + file_kind(st.st_mode) + ", not a regular file");
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  if (size > max_bytes)
+    refuse("holds " + std::to_string(size) + " bytes, over the limit of " + std::to_string(max_bytes) +
+           " bytes; raise the limit if this is meant (CaseLimits::max_bytes; gdn-testbed --max-case-bytes)");
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) throw CaseFileError("case file " + path + ": read failed");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(file.fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) refuse(std::string("read failed: ") + std::strerror(errno));
+    if (n == 0) refuse("shrank while being read (" + std::to_string(done) + " of " + std::to_string(size) + " bytes)");
+    done += static_cast<std::size_t>(n);
+  }
   return bytes;
 }
 
@@ -335,6 +415,72 @@ Problem problem_from_json(const nlohmann::json& j) {
 
 // ---- case level ----------------------------------------------------------------------------
 
+namespace {
+
+// A metadata value quoted in an error: at most 80 bytes (cut at a UTF-8 character boundary),
+// control characters escaped, so that a message stays one readable line.
+std::string quoted(const std::string& text) {
+  std::size_t cut = std::min<std::size_t>(text.size(), 80);
+  while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  std::string out = "'";
+  for (std::size_t i = 0; i < cut; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7F) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + (cut < text.size() ? "'... (" + std::to_string(text.size()) + " bytes)" : "'");
+}
+
+// The largest chunk size a file may name: beyond any kernel's, and the chunked emulation's
+// cost is bounded by the longest sequence anyway.
+constexpr long kMaxChunkSize = 1 << 20;
+
+}  // namespace
+
+JudgeSettings judge_settings(const std::map<std::string, std::string>& metadata, const Problem& problem,
+                             const std::string& what) {
+  JudgeSettings settings;
+  if (const auto it = metadata.find("gdn.formulation"); it != metadata.end()) {
+    if (it->second == "sequential") settings.formulation = Formulation::sequential;
+    else if (it->second == "chunked") settings.formulation = Formulation::chunked;
+    else fail(what, "__metadata__ 'gdn.formulation' must be 'sequential' or 'chunked', got " + quoted(it->second));
+  }
+  if (const auto it = metadata.find("gdn.chunk_size"); it != metadata.end()) {
+    const std::string& text = it->second;
+    const bool digits = !text.empty() && text.size() <= 7 &&
+                        std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const long value = digits ? std::stol(text) : 0;
+    if (!digits || value < 1 || value > kMaxChunkSize)
+      fail(what, "__metadata__ 'gdn.chunk_size' must be a decimal integer in [1, " + std::to_string(kMaxChunkSize) +
+                     "], got " + quoted(text));
+    settings.chunk_size = static_cast<int>(value);
+  }
+  if (const auto it = metadata.find("gdn.budget"); it != metadata.end()) {
+    BudgetOptions budget;
+    std::string error;
+    if (!parse_budget(it->second, &budget, &error))
+      fail(what, "__metadata__ 'gdn.budget' = " + quoted(it->second) + " is malformed: " + error);
+    // The operand model exists for the chunked form at C = 64 with o and hT only
+    // (CaseContext::baseline): a file asking for it elsewhere asks for a budget that does not
+    // exist, which is the file's error, found before any work.
+    if (budget.model == BudgetModel::calibrated && budget.baseline == BudgetBaseline::operands_single &&
+        (settings.formulation != Formulation::chunked || settings.chunk_size != 64 ||
+         problem.store_intermediate_states))
+      fail(what, "__metadata__ 'gdn.budget' = " + quoted(it->second) +
+                     " needs gdn.formulation 'chunked' with gdn.chunk_size 64 and no intermediate states; this file has "
+                     "gdn.formulation '" + (settings.formulation == Formulation::chunked ? "chunked" : "sequential") +
+                     "', gdn.chunk_size " + std::to_string(settings.chunk_size) + ", store_intermediate_states " +
+                     (problem.store_intermediate_states ? "true" : "false"));
+    settings.budget = budget;
+  }
+  return settings;
+}
+
 std::string CaseFile::meta(const std::string& key, const std::string& fallback) const {
   const auto it = metadata.find(key);
   return it == metadata.end() ? fallback : it->second;
@@ -361,7 +507,31 @@ bool float_dtype(const std::string& name, DType* out) {
   return true;
 }
 
-RawTensor encode_floats(const std::string& name, DType dtype, const HostTensor<double>& t) {
+
+std::string value_string(double x) {
+  if (std::isnan(x)) return "NaN";
+  if (std::isinf(x)) return x > 0 ? "+Inf" : "-Inf";
+  return std::to_string(x);
+}
+
+// Case files hold finite inputs only (docs/case_files.md): a NaN or Inf input would make the
+// exact result NaN, and NaN outputs compared with NaN references say nothing. The one exception
+// is g = -inf, the operator's hard reset (docs/semantics.md section 2): exp(-inf) = 0 is well
+// defined, and the references (sequential and chunked) keep every result finite there.
+// Returns the flat index of the first element that breaks the rule, or -1.
+std::int64_t first_nonfinite(const HostTensor<double>& t, bool minus_infinity_allowed = false) {
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(t[i]) && !(minus_infinity_allowed && std::isinf(t[i]) && t[i] < 0)) return i;
+  return -1;
+}
+
+RawTensor encode_floats(const std::string& name, DType dtype, const HostTensor<double>& t, bool input = false) {
+  if (input) {
+    const std::int64_t bad = first_nonfinite(t, name == "g");
+    if (bad >= 0)
+      throw CaseFileError("encode_case: input '" + name + "'" + index_string(t.shape(), bad) + " is " +
+                          value_string(t[bad]) + ": case files hold finite inputs only (g may be -inf)");
+  }
   // Outputs and inputs are stored exactly: a value the dtype cannot hold is the writer's error,
   // not something to round silently.
   for (std::int64_t i = 0; i < t.numel(); ++i) {
@@ -417,19 +587,19 @@ std::vector<std::uint8_t> encode_case(const CaseFile& c) {
   file.metadata["gdn.format"] = kCaseFormat;
   file.metadata["gdn.problem"] = problem_to_json(p).dump();
   file.tensors.push_back(encode_ints64("cu_seqlens", p.cu_seqlens));
-  file.tensors.push_back(encode_floats("q", p.input_dtype, c.inputs.q));
-  file.tensors.push_back(encode_floats("k", p.input_dtype, c.inputs.k));
-  file.tensors.push_back(encode_floats("v", p.input_dtype, c.inputs.v));
+  file.tensors.push_back(encode_floats("q", p.input_dtype, c.inputs.q, true));
+  file.tensors.push_back(encode_floats("k", p.input_dtype, c.inputs.k, true));
+  file.tensors.push_back(encode_floats("v", p.input_dtype, c.inputs.v, true));
   if (p.gate_mode == GateMode::direct) {
-    file.tensors.push_back(encode_floats("g", p.gate_dtype, c.inputs.g));
-    file.tensors.push_back(encode_floats("beta", p.gate_dtype, c.inputs.beta));
+    file.tensors.push_back(encode_floats("g", p.gate_dtype, c.inputs.g, true));
+    file.tensors.push_back(encode_floats("beta", p.gate_dtype, c.inputs.beta, true));
   } else {
-    file.tensors.push_back(encode_floats("a", p.gate_dtype, c.inputs.a));
-    file.tensors.push_back(encode_floats("b", p.gate_dtype, c.inputs.b));
-    file.tensors.push_back(encode_floats("A_log", DType::f32, c.inputs.A_log));
-    file.tensors.push_back(encode_floats("dt_bias", DType::f32, c.inputs.dt_bias));
+    file.tensors.push_back(encode_floats("a", p.gate_dtype, c.inputs.a, true));
+    file.tensors.push_back(encode_floats("b", p.gate_dtype, c.inputs.b, true));
+    file.tensors.push_back(encode_floats("A_log", DType::f32, c.inputs.A_log, true));
+    file.tensors.push_back(encode_floats("dt_bias", DType::f32, c.inputs.dt_bias, true));
   }
-  if (p.has_h0 || p.uses_state_cache()) file.tensors.push_back(encode_floats("h0", DType::f32, c.inputs.h0));
+  if (p.has_h0 || p.uses_state_cache()) file.tensors.push_back(encode_floats("h0", DType::f32, c.inputs.h0, true));
   if (p.uses_state_cache()) file.tensors.push_back(encode_ints32("state_indices", c.inputs.state_indices));
   if (c.outputs) {
     const Outputs<double>& o = *c.outputs;
@@ -446,28 +616,27 @@ std::vector<std::uint8_t> encode_case(const CaseFile& c) {
   return serialize_safetensors(file);
 }
 
-CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::string& what) {
+CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::string& what, const CaseLimits& limits) {
   const SafetensorsFile file = parse_safetensors(data, size, what);
   CaseFile c;
   c.metadata = file.metadata;
   const std::string format = c.meta("gdn.format");
   if (format != kCaseFormat)
-    fail(what, "__metadata__ 'gdn.format' must be '" + std::string(kCaseFormat) + "', got '" + format + "'");
+    fail(what, "__metadata__ 'gdn.format' must be '" + std::string(kCaseFormat) + "', got " + quoted(format));
   if (!file.metadata.count("gdn.problem")) fail(what, "__metadata__ has no 'gdn.problem'");
-  nlohmann::json problem_json;
-  try {
-    problem_json = nlohmann::json::parse(file.metadata.at("gdn.problem"));
-  } catch (const nlohmann::json::exception& e) {
-    fail(what, std::string("'gdn.problem' is not valid JSON: ") + e.what());
-  }
+  const nlohmann::json problem_json = parse_json_strict(file.metadata.at("gdn.problem"), what, "'gdn.problem'");
   try {
     c.problem = problem_from_json(problem_json);
   } catch (const CaseFileError& e) {
     fail(what, e.what());
   }
   const Problem& p = c.problem;
-  // Tensors large enough to exhaust memory are caught by the byte checks already (the bytes
-  // are in the file); the shapes the problem implies are checked against them below.
+  c.settings = judge_settings(c.metadata, p, what);
+  // What the tensors hold is bounded by the file's size; what the problem makes the judge
+  // compute (states, per-token states, references) is not: a header of a few hundred bytes can
+  // describe gigabytes. Estimate it before anything is decoded or run.
+  const std::string over = exceeded_limit(estimate_cost(p, c.settings.formulation, c.settings.chunk_size, size), limits);
+  if (!over.empty()) fail(what, over);
   std::set<std::string> used;
   auto tensor = [&](const char* name) -> const RawTensor& {
     const RawTensor* t = file.find(name);
@@ -532,6 +701,18 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
     c.inputs.state_indices.resize(static_cast<std::size_t>(p.N()));
     if (p.N() > 0) std::memcpy(c.inputs.state_indices.data(), idx.bytes.data(), idx.bytes.size());
   }
+  // Every input value must be finite: the first bad element is named.
+  const std::pair<const char*, const HostTensor<double>*> inputs[] = {
+      {"q", &c.inputs.q},         {"k", &c.inputs.k},          {"v", &c.inputs.v},      {"g", &c.inputs.g},
+      {"beta", &c.inputs.beta},   {"a", &c.inputs.a},          {"b", &c.inputs.b},      {"A_log", &c.inputs.A_log},
+      {"dt_bias", &c.inputs.dt_bias}, {"h0", &c.inputs.h0}};
+  for (const auto& [name, tensor] : inputs) {
+    const std::int64_t bad = first_nonfinite(*tensor, std::string(name) == "g");
+    if (bad >= 0)
+      fail(what, std::string("tensor '") + name + "'" + index_string(tensor->shape(), bad) + " (element " +
+                     std::to_string(bad) + ") is " + value_string((*tensor)[bad]) +
+                     ": inputs must be finite, but for g = -inf, the hard reset (outputs may hold NaN or Inf)");
+  }
   if (file.find("out.o")) {
     Outputs<double> o;
     o.o = floats("out.o", p.v_shape(), any_float);
@@ -557,9 +738,9 @@ void write_case_file(const std::string& path, const CaseFile& case_file) {
   write_file_atomic(path, encode_case(case_file));
 }
 
-CaseFile read_case_file(const std::string& path) {
-  const std::vector<std::uint8_t> bytes = read_file_bytes(path);
-  return decode_case(bytes.data(), bytes.size(), path);
+CaseFile read_case_file(const std::string& path, const CaseLimits& limits) {
+  const std::vector<std::uint8_t> bytes = read_file_bytes(path, limits.max_bytes);
+  return decode_case(bytes.data(), bytes.size(), path, limits);
 }
 
 }  // namespace gdn::oracle

@@ -12,7 +12,10 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/implementation.hpp"
 #include "core/problem.hpp"
+#include "oracle/budget.hpp"
+#include "oracle/limits.hpp"
 
 namespace gdn::oracle {
 
@@ -44,14 +47,21 @@ constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 std::size_t safetensors_dtype_size(const std::string& dtype);
 
 // Parses and checks a whole container (docs/case_files.md, "What the reader rejects", container
-// rules). `what` names the source in errors.
+// rules). `what` names the source in errors. The header must be exactly one JSON object, then
+// only spaces (0x20): a NUL byte, any other trailing byte, or a key given twice in one object
+// is an error (a second reader could see other data than this one).
 SafetensorsFile parse_safetensors(const std::uint8_t* data, std::size_t size, const std::string& what = "<memory>");
 std::vector<std::uint8_t> serialize_safetensors(const SafetensorsFile& file);
 
 // Writes `bytes` to a temporary file beside `path`, flushes it, and renames it over `path`:
 // readers never see a half-written file. Throws std::runtime_error naming the path.
 void write_file_atomic(const std::string& path, const std::vector<std::uint8_t>& bytes);
-std::vector<std::uint8_t> read_file_bytes(const std::string& path);
+// Reads a whole regular file. Anything else (a directory, a FIFO, a device, a socket) is refused
+// from its stat() without being opened for reading, and a file larger than max_bytes is
+// refused before it is read; the open itself never blocks (O_NONBLOCK, and fstat checks the
+// opened file again). Throws CaseFileError naming the path and the rule.
+std::vector<std::uint8_t> read_file_bytes(const std::string& path,
+                                          std::uint64_t max_bytes = CaseLimits::kDefaultMaxBytes);
 
 // ---- case level --------------------------------------------------------------------------
 
@@ -61,6 +71,21 @@ nlohmann::json problem_to_json(const Problem& problem);
 // Strict: every key required, types checked; then Problem::validate(). Throws CaseFileError.
 Problem problem_from_json(const nlohmann::json& json);
 
+// How the file's metadata says its outputs are to be judged: gdn.formulation, gdn.chunk_size
+// and gdn.budget, parsed and checked (a malformed value is an error naming the key, never
+// replaced by a default). Whether a file's own budget may be used, or may loosen the
+// implementation's default, is for the caller to decide: this only says what the file asks.
+struct JudgeSettings {
+  Formulation formulation = Formulation::chunked;  // gdn.formulation; chunked when absent
+  int chunk_size = 64;                              // gdn.chunk_size; 64 when absent
+  std::optional<BudgetOptions> budget;              // gdn.budget; nullopt when absent
+};
+// Throws CaseFileError (naming `what` and the key) when a value is malformed, or when the
+// budget does not apply to the problem and formulation (baseline=operands_single needs
+// gdn.formulation chunked, gdn.chunk_size 64 and no intermediate states).
+JudgeSettings judge_settings(const std::map<std::string, std::string>& metadata, const Problem& problem,
+                             const std::string& what = "<memory>");
+
 struct CaseFile {
   Problem problem;
   Inputs inputs;
@@ -69,17 +94,27 @@ struct CaseFile {
   // Everything in __metadata__, gdn.format and gdn.problem included (the writer sets those two
   // from `problem` and overrides whatever the map says).
   std::map<std::string, std::string> metadata;
+  // judge_settings(metadata, problem), set by decode_case; ignored by encode_case (the writer
+  // stores the metadata map as it is).
+  JudgeSettings settings;
 
   std::string meta(const std::string& key, const std::string& fallback = "") const;
 };
 
 // Serialises the case: inputs in the dtypes the Problem names, outputs in the narrowest of
 // (the output's dtype, F32, F64) that holds every value exactly, so nothing is lost.
-// Throws CaseFileError when an input is not representable in its dtype (the Inputs contract).
+// Throws CaseFileError when an input is not representable in its dtype (the Inputs contract)
+// or not finite (what the reader refuses).
 std::vector<std::uint8_t> encode_case(const CaseFile& case_file);
-CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::string& what = "<memory>");
+// Checks, in this order, each before the memory or work it guards: the container, gdn.format,
+// gdn.problem, the judge settings, the estimated cost against `limits` (estimate_cost), then
+// the tensors against the problem, and every input value finite (q, k, v, g, beta, a, b, A_log,
+// dt_bias, h0: the first bad element is named). Outputs may hold NaN or Inf: they are judged,
+// not rejected. Throws CaseFileError naming `what` and the rule.
+CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::string& what = "<memory>",
+                     const CaseLimits& limits = {});
 
 void write_case_file(const std::string& path, const CaseFile& case_file);
-CaseFile read_case_file(const std::string& path);
+CaseFile read_case_file(const std::string& path, const CaseLimits& limits = {});
 
 }  // namespace gdn::oracle

@@ -3,7 +3,10 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <functional>
 #include <sys/stat.h>
@@ -281,7 +284,7 @@ TEST_CASE("case reader rejects files that do not fit their problem", "[oracle][c
                const float nan = NAN;
                std::memcpy(g->bytes.data(), &nan, 4);
              })),
-             Catch::Contains("inputs rejected"));
+             Catch::Contains("tensor 'g'[0, 0] (element 0) is NaN"));
   CHECK_THAT(decode_error(edited(c, [](SafetensorsFile& f) {
                f.tensors.erase(std::remove_if(f.tensors.begin(), f.tensors.end(),
                                               [](const RawTensor& t) { return t.name == "out.hT"; }),
@@ -299,4 +302,280 @@ TEST_CASE("encode refuses inputs that break the Inputs contract", "[oracle][case
   c = make_case(p, 1, false);
   c.inputs.v = HostTensor<double>({1, 1, 2});
   CHECK_THROWS_WITH(encode_case(c), Catch::Contains("'v'"));
+}
+
+// ---- hardening: the defects of issue 29's samples (oracle/tests/repro) and the rules that
+// close them ----------------------------------------------------------------------------------
+
+namespace {
+
+std::string repro(const std::string& name) { return std::string(GDN_REPRO_DIR) + "/" + name; }
+
+std::string read_error(const std::string& path, const CaseLimits& limits = {}) {
+  try {
+    read_case_file(path, limits);
+  } catch (const CaseFileError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// A valid case with every input tensor a case can have in one of its two gate modes.
+Problem hardening_problem(GateMode mode) {
+  Problem p = Problem::packed({3, 2}, 1, 2, 4, 3);
+  p.has_h0 = p.has_hT = true;
+  p.gate_mode = mode;
+  return p;
+}
+
+void set_float(SafetensorsFile& f, const std::string& name, std::size_t element, float value) {
+  RawTensor* t = find_mutable(f, name);
+  REQUIRE(t->dtype == "F32");
+  REQUIRE(4 * (element + 1) <= t->bytes.size());
+  std::memcpy(t->bytes.data() + 4 * element, &value, 4);
+}
+
+std::vector<std::uint8_t> with_metadata(const CaseFile& c, const std::string& key, const std::string& value) {
+  return edited(c, [&](SafetensorsFile& f) { f.metadata[key] = value; });
+}
+
+}  // namespace
+
+TEST_CASE("repro: the valid sample reads, so the samples below are read from the right place", "[oracle][case_file]") {
+  REQUIRE(read_error(repro("good.safetensors")) == "(accepted)");
+  const CaseFile c = read_case_file(repro("good.safetensors"));
+  CHECK(c.settings.formulation == Formulation::sequential);
+  CHECK_FALSE(c.settings.budget.has_value());
+}
+
+TEST_CASE("repro nan_all: NaN inputs are an error naming the tensor and element, never judged",
+          "[oracle][case_file]") {
+  const std::string error = read_error(repro("nan_all.safetensors"));
+  CHECK_THAT(error, Catch::Contains("nan_all.safetensors"));
+  CHECK_THAT(error, Catch::Contains("tensor 'q'[0, 0, 0] (element 0) is NaN"));
+  CHECK_THAT(error, Catch::Contains("inputs must be finite"));
+}
+
+TEST_CASE("repro nul_junk: a header padded with NUL and junk is refused", "[oracle][case_file]") {
+  CHECK_THAT(read_error(repro("nul_junk.safetensors")), Catch::Contains("header holds a NUL byte at offset"));
+}
+
+TEST_CASE("repro budget_typo: a malformed gdn.budget is an error naming the key", "[oracle][case_file]") {
+  const std::string error = read_error(repro("budget_typo.safetensors"));
+  CHECK_THAT(error, Catch::Contains("'gdn.budget' = 'fixed(rel_rms=abc)' is malformed"));
+  CHECK_THAT(error, Catch::Contains("needs a number"));
+}
+
+TEST_CASE("repro operands_single_meta: a budget that does not apply to the file's formulation is a clear error",
+          "[oracle][case_file]") {
+  const std::string error = read_error(repro("operands_single_meta.safetensors"));
+  CHECK_THAT(error, Catch::Contains("'gdn.budget' = 'calibrated(baseline=operands_single)' needs gdn.formulation "
+                                    "'chunked' with gdn.chunk_size 64"));
+  CHECK_THAT(error, Catch::Contains("this file has gdn.formulation 'sequential'"));
+  // The same budget on a chunked C = 64 file is valid, and the reader hands it on.
+  CaseFile c = read_case_file(repro("good.safetensors"));
+  c.metadata["gdn.formulation"] = "chunked";
+  c.metadata["gdn.budget"] = "calibrated(baseline=operands_single)";
+  const std::vector<std::uint8_t> bytes = encode_case(c);
+  const CaseFile back = decode_case(bytes.data(), bytes.size());
+  REQUIRE(back.settings.budget.has_value());
+  CHECK(back.settings.budget->baseline == BudgetBaseline::operands_single);
+  CHECK(back.settings.formulation == Formulation::chunked);
+  CHECK(back.settings.chunk_size == 64);
+}
+
+TEST_CASE("repro tiny_5GB: a small file describing a huge problem is refused from its header, at once",
+          "[oracle][case_file]") {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = read_error(repro("tiny_5GB.safetensors"));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK_THAT(error, Catch::Contains("bytes of memory (estimated from gdn.problem), over the limit of 4294967296 bytes"));
+  CHECK_THAT(error, Catch::Contains("--max-case-bytes"));
+  CHECK(seconds < 0.5);
+  // Raised limits let it through: the refusal is the limit's, not a malformation.
+  CHECK(read_error(repro("tiny_5GB.safetensors"), {std::uint64_t(1) << 40, std::uint64_t(1) << 40}) == "(accepted)");
+}
+
+TEST_CASE("the reader refuses what is not a regular file, without opening or blocking on it", "[oracle][case_file]") {
+  const std::string dir = temp_dir() + "/not_regular";
+  REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+  const std::string folder = dir + "/x.safetensors";
+  REQUIRE(::mkdir(folder.c_str(), 0755) == 0);
+  CHECK_THAT(read_error(folder), Catch::Contains("is a directory, not a regular file"));
+  // A FIFO with no writer: opening it for reading would wait forever.
+  const std::string fifo = dir + "/fifo.safetensors";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  CHECK_THAT(read_error(fifo), Catch::Contains("is a FIFO, not a regular file"));
+  CHECK_THAT(read_error("/dev/zero"), Catch::Contains("is a character device"));
+  CHECK_THAT(read_error(dir + "/missing.safetensors"), Catch::Contains("cannot open"));
+  // A symbolic link to a regular file is read as the file.
+  const std::string link = dir + "/link.safetensors";
+  REQUIRE(::symlink(repro("good.safetensors").c_str(), link.c_str()) == 0);
+  CHECK(read_error(link) == "(accepted)");
+  // The file's size is checked against the limit before it is read.
+  CHECK_THAT(read_error(repro("good.safetensors"), {1000, CaseLimits::kDefaultMaxWork}),
+             Catch::Contains("holds 2096 bytes, over the limit of 1000 bytes"));
+}
+
+TEST_CASE("every input tensor is checked for NaN and Inf, the first bad element named", "[oracle][case_file]") {
+  struct Plant {
+    GateMode mode;
+    const char* tensor;
+    std::size_t element;
+    float value;
+    const char* expected;
+  };
+  const float nan = NAN, inf = INFINITY;
+  const Plant plants[] = {
+      {GateMode::direct, "q", 5, nan, "tensor 'q'[1, 0, 1] (element 5) is NaN"},
+      {GateMode::direct, "k", 0, inf, "tensor 'k'[0, 0, 0] (element 0) is +Inf"},
+      {GateMode::direct, "v", 29, -inf, "tensor 'v'[4, 1, 2] (element 29) is -Inf"},
+      {GateMode::direct, "g", 3, nan, "tensor 'g'[1, 1] (element 3) is NaN"},
+      {GateMode::direct, "g", 2, inf, "tensor 'g'[1, 0] (element 2) is +Inf"},
+      {GateMode::direct, "beta", 9, inf, "tensor 'beta'[4, 1] (element 9) is +Inf"},
+      {GateMode::direct, "h0", 47, nan, "tensor 'h0'[1, 1, 3, 2] (element 47) is NaN"},
+      {GateMode::fused, "a", 1, inf, "tensor 'a'[0, 1] (element 1) is +Inf"},
+      {GateMode::fused, "b", 4, nan, "tensor 'b'[2, 0] (element 4) is NaN"},
+      {GateMode::fused, "A_log", 1, nan, "tensor 'A_log'[1] (element 1) is NaN"},
+      {GateMode::fused, "dt_bias", 0, -inf, "tensor 'dt_bias'[0] (element 0) is -Inf"},
+  };
+  for (const Plant& plant : plants) {
+    INFO(plant.tensor << "[" << plant.element << "] = " << plant.value);
+    const CaseFile c = make_case(hardening_problem(plant.mode), 11, true);
+    REQUIRE(decode_error(encode_case(c)) == "(accepted)");
+    const std::string error =
+        decode_error(edited(c, [&](SafetensorsFile& f) { set_float(f, plant.tensor, plant.element, plant.value); }));
+    CHECK_THAT(error, Catch::Contains(plant.expected));
+    CHECK_THAT(error, Catch::Contains("inputs must be finite"));
+  }
+}
+
+TEST_CASE("g = -inf, the operator's hard reset, is a valid case-file input", "[oracle][case_file]") {
+  const CaseFile c = make_case(hardening_problem(GateMode::direct), 11, true);
+  const std::string error = decode_error(
+      edited(c, [&](SafetensorsFile& f) { set_float(f, "g", 2, -INFINITY); }));
+  CHECK(error == "(accepted)");
+}
+
+TEST_CASE("outputs may hold NaN and Inf: they are judged, not rejected", "[oracle][case_file]") {
+  const CaseFile c = make_case(hardening_problem(GateMode::direct), 12, true);
+  const std::vector<std::uint8_t> bytes = edited(c, [](SafetensorsFile& f) {
+    RawTensor* o = find_mutable(f, "out.o");
+    const double nan = NAN, inf = INFINITY;
+    REQUIRE(o->dtype == "F64");
+    std::memcpy(o->bytes.data(), &nan, 8);
+    std::memcpy(o->bytes.data() + 8, &inf, 8);
+  });
+  const CaseFile back = decode_case(bytes.data(), bytes.size());
+  REQUIRE(back.outputs.has_value());
+  CHECK(std::isnan(back.outputs->o[0]));
+  CHECK(std::isinf(back.outputs->o[1]));
+}
+
+TEST_CASE("encode refuses non-finite inputs: it never writes a file the reader refuses", "[oracle][case_file]") {
+  CaseFile c = make_case(hardening_problem(GateMode::direct), 13, false);
+  c.inputs.beta[3] = NAN;
+  CHECK_THROWS_WITH(encode_case(c), Catch::Contains("input 'beta'[1, 1] is NaN"));
+  c = make_case(hardening_problem(GateMode::direct), 13, false);
+  c.inputs.h0[0] = -INFINITY;
+  CHECK_THROWS_WITH(encode_case(c), Catch::Contains("input 'h0'[0, 0, 0, 0] is -Inf"));
+}
+
+TEST_CASE("the header is one JSON object padded with spaces only, each key once", "[oracle][case_file]") {
+  const std::string ok_entry = R"("t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  REQUIRE(parse_error(container("{" + ok_entry + "}    ", 8)) == "(accepted)");
+  CHECK_THAT(parse_error(container("{" + ok_entry + "}\n   ", 8)), Catch::Contains("followed by nothing but spaces"));
+  CHECK_THAT(parse_error(container("{" + ok_entry + "}\t", 8)), Catch::Contains("followed by nothing but spaces"));
+  CHECK_THAT(parse_error(container("{" + ok_entry + std::string("}\0\0\0", 4), 8)),
+             Catch::Contains("NUL byte at offset " + std::to_string(ok_entry.size() + 2)));
+  CHECK_THAT(parse_error(container("{" + ok_entry + "} junk", 8)), Catch::Contains("not valid JSON"));
+  CHECK_THAT(parse_error(container("{" + ok_entry + "}{}", 8)), Catch::Contains("not valid JSON"));
+  CHECK_THAT(parse_error(container("{" + ok_entry + "," + ok_entry + "}", 8)),
+             Catch::Contains("has the key 't' twice"));
+  CHECK_THAT(parse_error(container(R"({"__metadata__":{"a":"1","a":"2"},)" + ok_entry + "}", 8)),
+             Catch::Contains("has the key 'a' twice"));
+  CHECK_THAT(parse_error(container(R"({"t":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8)),
+             Catch::Contains("has the key 'dtype' twice"));
+}
+
+TEST_CASE("gdn.problem is strict JSON too: no NUL, no junk, no key twice", "[oracle][case_file]") {
+  const CaseFile c = make_case(Problem::packed({3}, 1, 1, 2, 2), 1, false);
+  const std::string text = problem_to_json(c.problem).dump();
+  CHECK(decode_error(with_metadata(c, "gdn.problem", text + "  ")) == "(accepted)");
+  CHECK_THAT(decode_error(with_metadata(c, "gdn.problem", text + std::string("\0{junk", 6))),
+             Catch::Contains("'gdn.problem' holds a NUL byte"));
+  CHECK_THAT(decode_error(with_metadata(c, "gdn.problem", text + "x")), Catch::Contains("'gdn.problem' is not valid JSON"));
+  CHECK_THAT(decode_error(with_metadata(c, "gdn.problem", "{\"T\":3," + text.substr(1))),
+             Catch::Contains("'gdn.problem' has the key 'T' twice"));
+}
+
+TEST_CASE("gdn.formulation, gdn.chunk_size and gdn.budget are parsed or refused by name, never defaulted",
+          "[oracle][case_file]") {
+  const CaseFile c = make_case(hardening_problem(GateMode::direct), 14, true);
+  {
+    const std::vector<std::uint8_t> bytes = encode_case(c);
+    const CaseFile back = decode_case(bytes.data(), bytes.size());
+    CHECK(back.settings.formulation == Formulation::chunked);  // the documented defaults
+    CHECK(back.settings.chunk_size == 64);
+    CHECK_FALSE(back.settings.budget);
+  }
+  {
+    CaseFile set = c;
+    set.metadata["gdn.formulation"] = "chunked";
+    set.metadata["gdn.chunk_size"] = "32";
+    set.metadata["gdn.budget"] = "fixed(rel_rms=1e-12)";
+    const std::vector<std::uint8_t> bytes = encode_case(set);
+    const CaseFile back = decode_case(bytes.data(), bytes.size());
+    CHECK(back.settings.chunk_size == 32);
+    REQUIRE(back.settings.budget);
+    CHECK(back.settings.budget->model == BudgetModel::fixed);
+    CHECK(*back.settings.budget->fixed_rel_rms == 1e-12);
+  }
+  for (const char* bad : {"Chunked", "", "recurrent", "chunked "})
+    CHECK_THAT(decode_error(with_metadata(c, "gdn.formulation", bad)),
+               Catch::Contains("'gdn.formulation' must be 'sequential' or 'chunked'"));
+  for (const char* bad : {"", "0", "-1", "+64", " 64", "64x", "0x40", "1e2", "2097152", "99999999999999999999"})
+    CHECK_THAT(decode_error(with_metadata(c, "gdn.chunk_size", bad)),
+               Catch::Contains("'gdn.chunk_size' must be a decimal integer in [1, 1048576]"));
+  for (const char* bad : {"calibrated(factor=)", "calibrated(factor=nan)", "fixed(rel_rms=-1)", "magic", "calibrated(typo=1)"})
+    CHECK_THAT(decode_error(with_metadata(c, "gdn.budget", bad)), Catch::Contains("'gdn.budget' = '"));
+  // Control characters in a quoted value are escaped, long values cut.
+  CHECK_THAT(decode_error(with_metadata(c, "gdn.formulation", std::string("a\nb\x01", 4))), Catch::Contains("'a\\x0Ab\\x01'"));
+  CHECK_THAT(decode_error(with_metadata(c, "gdn.formulation", std::string(200, 'x'))), Catch::Contains("... (200 bytes)"));
+}
+
+TEST_CASE("the cost estimate bounds memory and work before anything is decoded", "[oracle][case_file]") {
+  // The largest case the project reads (cuda/tests/chunked_accuracy's varlen case) is within
+  // the defaults, with room to spare.
+  Problem big = Problem::packed({1, 64, 65, 300, 1000}, 16, 32, 128, 128);
+  big.has_h0 = big.has_hT = true;
+  big.input_dtype = DType::bf16;
+  const CaseCost cost = estimate_cost(big, Formulation::chunked, 64, 50'000'000);
+  CHECK(cost.bytes < CaseLimits::kDefaultMaxBytes / 2);
+  CHECK(cost.work < CaseLimits::kDefaultMaxWork / 2);
+  CHECK(cost.work >= std::uint64_t(1430 + 5) * 32 * 128 * 128);
+  CHECK(exceeded_limit(cost, {}).empty());
+  // Per-token states multiply the outputs by K: over the default memory limit.
+  big.store_intermediate_states = true;
+  CHECK_THAT(exceeded_limit(estimate_cost(big, Formulation::sequential, 64, 0), {}),
+             Catch::Contains("over the limit of 4294967296 bytes"));
+  // The work limit is named when it is the one exceeded.
+  CHECK_THAT(exceeded_limit(cost, {CaseLimits::kDefaultMaxBytes, 1000}),
+             Catch::Contains("state-element updates (estimated from gdn.problem), over the limit of 1000"));
+  CHECK_THAT(exceeded_limit(cost, {CaseLimits::kDefaultMaxBytes, 1000}), Catch::Contains("--max-case-work"));
+  // Sizes whose products overflow 64 bits saturate: refused, never wrapped to something small.
+  Problem huge = Problem::packed({1 << 20}, 1 << 20, 1 << 20, 1 << 20, 1 << 20);
+  const CaseCost saturated = estimate_cost(huge, Formulation::chunked, 64, 0);
+  CHECK(saturated.bytes == std::numeric_limits<std::uint64_t>::max());
+  CHECK(saturated.work == std::numeric_limits<std::uint64_t>::max());
+  CHECK_THAT(exceeded_limit(saturated, {}), Catch::Contains("more than 2^64"));
+  // decode_case applies the limits it is given, with the file's own formulation.
+  const CaseFile c = make_case(hardening_problem(GateMode::direct), 15, true);
+  const std::vector<std::uint8_t> bytes = encode_case(c);
+  const CaseCost small = estimate_cost(c.problem, Formulation::chunked, 64, bytes.size());
+  CHECK_NOTHROW(decode_case(bytes.data(), bytes.size(), "<memory>", {small.bytes, small.work}));
+  CHECK_THROWS_WITH(decode_case(bytes.data(), bytes.size(), "<memory>", {small.bytes - 1, small.work}),
+                    Catch::Contains("over the limit of " + std::to_string(small.bytes - 1) + " bytes"));
+  CHECK_THROWS_WITH(decode_case(bytes.data(), bytes.size(), "<memory>", {small.bytes, small.work - 1}),
+                    Catch::Contains("over the limit of " + std::to_string(small.work - 1)));
 }

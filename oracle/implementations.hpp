@@ -23,7 +23,20 @@ std::unique_ptr<Implementation> make_reference(Formulation formulation, Referenc
 //   dropped_decay          at every chunk boundary (every 64th token of a sequence) the carried
 //                          state is not decayed by that token's exp(g)
 //   lost_state_carry       at every chunk boundary the carried state is dropped (reset to 0)
-enum class Fault { cu_seqlens_off_by_one, dropped_decay, lost_state_carry };
+// and three that only the newer conformance cases and checks see:
+//   l2norm_eps_outside_sqrt  l2norm divides by sqrt(sum x^2) + 1e-6 instead of
+//                          sqrt(sum x^2 + 1e-6): invisible on N(0, 1) rows, wrong on small ones
+//   states_before_write    the per-token state of token t is stored before its rank-one write
+//   state_loses_bits       the state keeps 11 significant bits after every token: an fp32 path
+//                          whose error grew about 8000-fold, within every fixed threshold
+enum class Fault {
+  cu_seqlens_off_by_one,
+  dropped_decay,
+  lost_state_carry,
+  l2norm_eps_outside_sqrt,
+  states_before_write,
+  state_loses_bits
+};
 const char* fault_name(Fault fault);
 std::unique_ptr<Implementation> make_faulty_reference(Fault fault);
 

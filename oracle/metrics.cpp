@@ -172,7 +172,11 @@ TensorMetrics compare(const Problem& problem, const Inputs* inputs, OutputTensor
       worst = i;
     }
     if (m.dtype == DType::f32) {
-      m.max_ulp = std::max(m.max_ulp, ulp_distance_f32(static_cast<float>(r), static_cast<float>(x)));
+      // A value outside fp32's range has no fp32 neighbours (and converting it is undefined).
+      constexpr double f32_max = std::numeric_limits<float>::max();
+      const bool in_range = std::fabs(r) <= f32_max && std::fabs(x) <= f32_max;
+      m.max_ulp = std::max(m.max_ulp, in_range ? ulp_distance_f32(static_cast<float>(r), static_cast<float>(x))
+                                               : std::numeric_limits<double>::infinity());
     } else {
       m.max_ulp = std::max(m.max_ulp, e / ulp_of(m.dtype, r));
     }
@@ -180,6 +184,27 @@ TensorMetrics compare(const Problem& problem, const Inputs* inputs, OutputTensor
   const double n = m.count > 0 ? static_cast<double>(m.count) : 1.0;
   m.rms_error = std::sqrt(sum_err2 / n);
   m.rms_ref = std::sqrt(sum_ref2 / n);
+  // Sums of squares overflow for finite values above about 1e154: then sum again, scaled by
+  // the largest term, so that finite outputs never get an infinite rms (nor rel_rms inf / inf).
+  if (std::isinf(sum_err2) || std::isinf(sum_ref2)) {
+    double scaled_err2 = 0, scaled_ref2 = 0;
+    for (std::int64_t i = 0; i < m.count; ++i) {
+      const double r = reference[i], x = actual[i];
+      if (!std::isfinite(r)) continue;
+      if (std::isfinite(x) && r != x && std::isfinite(m.max_abs_error) && m.max_abs_error > 0) {
+        const double e = std::fabs(r - x) / m.max_abs_error;
+        scaled_err2 += e * e;
+      }
+      if ((std::isfinite(x) || r == x) && m.max_abs_ref > 0) {
+        const double q = std::fabs(r) / m.max_abs_ref;
+        scaled_ref2 += q * q;
+      }
+    }
+    // An error that itself overflowed (|r - x| above the largest double) stays inf.
+    if (std::isinf(sum_err2))
+      m.rms_error = std::isfinite(m.max_abs_error) ? m.max_abs_error * std::sqrt(scaled_err2 / n) : INFINITY;
+    if (std::isinf(sum_ref2)) m.rms_ref = m.max_abs_ref * std::sqrt(scaled_ref2 / n);
+  }
   m.rel_rms = m.rms_error == 0 ? 0.0 : (m.rms_ref == 0 ? INFINITY : m.rms_error / m.rms_ref);
   m.rel_floor = options.rel_floor_fraction * m.rms_ref;
   // Second pass: the floor depends on rms(ref).

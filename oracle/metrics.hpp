@@ -39,7 +39,7 @@ struct TensorMetrics {
   DType dtype = DType::f32;  // the output's dtype: the unit for ULPs and budget floors
   std::int64_t count = 0;
   double max_abs_error = 0;  // max |ref - x|
-  double rms_error = 0;      // rms(ref - x)
+  double rms_error = 0;      // rms(ref - x); finite for finite values (sums rescaled on overflow)
   double rms_ref = 0;        // rms(ref)
   double max_abs_ref = 0;    // max |ref|
   double rel_rms = 0;        // rms(ref - x) / rms(ref); 0 when both are 0, inf when only ref is
@@ -47,6 +47,7 @@ struct TensorMetrics {
   double max_rel_error = 0;  // max |ref - x| / max(|ref|, rel_floor)
   // fp32 outputs: largest distance in representable floats between float(ref) and x.
   // Other dtypes: largest |ref - x| in units of the output dtype's ulp at |ref|.
+  // inf where an fp32 output or its reference lies outside fp32's range.
   double max_ulp = 0;
   std::int64_t mismatches = 0;  // elements not bitwise equal (as doubles; NaN equals NaN)
   std::int64_t nan_count = 0, inf_count = 0;          // in x

@@ -147,3 +147,29 @@ TEST_CASE("shape mismatch is an error naming the tensor", "[oracle][metrics]") {
   HostTensor<double> ref(p.v_shape()), x(Shape{1, 2});
   CHECK_THROWS_WITH(compare(p, nullptr, OutputTensor::o, ref, x), Catch::Contains("'o'"));
 }
+
+TEST_CASE("finite values above 1e154 give finite rms metrics, not inf or inf / inf", "[oracle][metrics][nonfinite]") {
+  // Their squares overflow double: the sums are taken again, scaled by the largest term.
+  const Problem p = small_problem();
+  HostTensor<double> ref(p.v_shape(), 1e200);
+  HostTensor<double> x = ref;
+  for (std::int64_t i = 0; i < x.numel(); ++i) x[i] *= 1 + 1e-3;
+  const TensorMetrics m = compare(p, nullptr, OutputTensor::o, ref, x);
+  CHECK(m.nonfinite_mismatches == 0);
+  CHECK(m.rms_ref == Approx(1e200).epsilon(1e-12));
+  CHECK(m.rms_error == Approx(1e197).epsilon(1e-9));
+  CHECK(m.rel_rms == Approx(1e-3).epsilon(1e-9));
+  // Mixed magnitudes: one huge element among ones.
+  HostTensor<double> mixed(p.v_shape(), 1.0);
+  mixed[5] = 1e300;
+  HostTensor<double> y = mixed;
+  y[5] = 1.5e300;
+  const TensorMetrics n = compare(p, nullptr, OutputTensor::o, mixed, y);
+  CHECK(n.rms_ref == Approx(1e300 / std::sqrt(24.0)).epsilon(1e-12));
+  CHECK(n.rel_rms == Approx(0.5).epsilon(1e-12));
+  // An error that itself exceeds the largest double stays inf.
+  HostTensor<double> far = mixed;
+  far[5] = -1.7e308;
+  mixed[5] = 1.7e308;
+  CHECK(std::isinf(compare(p, nullptr, OutputTensor::o, mixed, far).rms_error));
+}

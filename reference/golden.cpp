@@ -7,11 +7,12 @@
 #include <limits>
 #include <stdexcept>
 
+#include <cstdlib>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
-#ifndef GDN_GOLDEN_DATA_DIR
-#error "GDN_GOLDEN_DATA_DIR must be defined (reference/CMakeLists.txt sets it)"
-#endif
+#include "reference/golden_embedded.hpp"
 
 namespace gdn::reference {
 
@@ -196,26 +197,72 @@ double golden_error_hT(const GoldenCase& golden, const HostTensor<double>& hT) {
   return block_error(golden.problem, golden.hT, hT, true, "hT");
 }
 
-std::string golden_data_dir() { return GDN_GOLDEN_DATA_DIR; }
+std::vector<GoldenFile> embedded_golden_files() {
+  std::vector<GoldenFile> out;
+  for (std::size_t f = 0; f < embedded::file_count; ++f) {
+    const embedded::EmbeddedFile& e = embedded::files[f];
+    GoldenFile file{e.name, {}};
+    file.text.reserve(e.size);
+    for (std::size_t c = 0; c < e.chunk_count && file.text.size() < e.size; ++c)
+      file.text.append(e.chunks[c], std::min(e.chunk_bytes, e.size - file.text.size()));
+    if (file.text.size() != e.size)
+      throw std::logic_error(std::string("embedded golden file '") + e.name + "' holds " +
+                             std::to_string(file.text.size()) + " bytes, its table says " + std::to_string(e.size));
+    out.push_back(std::move(file));
+  }
+  std::sort(out.begin(), out.end(), [](const GoldenFile& a, const GoldenFile& b) { return a.name < b.name; });
+  return out;
+}
 
-std::vector<std::string> golden_files() {
+std::vector<std::string> golden_files(const std::string& dir) {
   std::vector<std::string> files;
-  const std::filesystem::path dir(golden_data_dir());
-  if (!std::filesystem::is_directory(dir))
-    throw std::runtime_error("golden data directory '" + dir.string() + "' does not exist");
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path().string());
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error))
+    throw std::runtime_error("golden data directory '" + dir + "' does not exist or is not a directory");
+  std::filesystem::directory_iterator it(dir, error);
+  if (error) throw std::runtime_error("golden data directory '" + dir + "' cannot be read: " + error.message());
+  for (const auto& entry : it)
+    if (entry.is_regular_file(error) && entry.path().extension() == ".json") files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
   return files;
 }
 
+std::vector<GoldenCase> load_all_golden(std::string* origin) {
+  std::vector<GoldenCase> out;
+  const char* dir = std::getenv(kGoldenDirVariable);
+  if (dir != nullptr) {
+    if (*dir == '\0')
+      throw std::runtime_error(std::string(kGoldenDirVariable) + " is set but empty: unset it to use the golden "
+                               "files built into this binary, or name a folder of *.json golden files");
+    const std::vector<std::string> files = golden_files(dir);
+    if (files.empty())
+      throw std::runtime_error("golden data directory '" + std::string(dir) + "' (" + kGoldenDirVariable +
+                               ") holds no *.json file");
+    for (const std::string& file : files)
+      for (GoldenCase& g : load_golden(file)) out.push_back(std::move(g));
+    if (origin) *origin = "folder " + std::string(dir) + " (" + kGoldenDirVariable + ")";
+    return out;
+  }
+  for (const GoldenFile& file : embedded_golden_files())
+    for (GoldenCase& g : parse_golden(file.text, file.name)) out.push_back(std::move(g));
+  if (origin) *origin = "built into this binary";
+  return out;
+}
+
 std::vector<GoldenCase> load_golden(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Reader(path).fail("(file)", "cannot be opened");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) Reader(path).fail("(file)", "cannot be read");
+  return parse_golden(text.str(), path);
+}
+
+std::vector<GoldenCase> parse_golden(const std::string& text, const std::string& path) {
   Reader r(path);
-  std::ifstream in(path);
-  if (!in) r.fail("(file)", "cannot be opened");
   json doc;
   try {
-    doc = json::parse(in);
+    doc = json::parse(text);
   } catch (const json::parse_error& e) {
     r.fail("(file)", std::string("is not valid JSON: ") + e.what());
   }

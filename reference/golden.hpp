@@ -27,16 +27,35 @@ struct GoldenCase {
   std::string file;    // the file it was read from
 };
 
-// Reads one golden file; throws std::runtime_error naming the file, the case and the field for
-// any malformed content (wrong format tag, missing field, wrong shape, non-float32 or
-// non-finite number), and a ProblemError-derived message when the problem or inputs fail
-// gdn::validate. One GoldenCase per (stored problem, peer function).
+// Parses one golden file's text; `file` names it in every error. Throws std::runtime_error
+// naming the file, the case and the field for any malformed content (not JSON, wrong format
+// tag, missing field, wrong shape, non-float32 or non-finite number), and a message with the
+// ProblemError's text when the problem or inputs fail gdn::validate. One GoldenCase per
+// (stored problem, peer function).
+std::vector<GoldenCase> parse_golden(const std::string& text, const std::string& file);
+// Reads and parses one golden file from disk (errors as parse_golden's, and "cannot be opened").
 std::vector<GoldenCase> load_golden(const std::string& path);
 
-// The compiled-in absolute path of reference/golden/data (compile definition GDN_GOLDEN_DATA_DIR).
-std::string golden_data_dir();
-// Every *.json file in golden_data_dir(), sorted.
-std::vector<std::string> golden_files();
+// One golden file: its name (as in reference/golden/data, or a path) and its bytes.
+struct GoldenFile {
+  std::string name;
+  std::string text;
+};
+// The golden files built into this binary: reference/golden/data/*.json as they were when it was
+// built (reference/golden/embed.cmake), sorted by name. The vectors travel with the binary, so
+// a copied or installed binary judges the same cases from any folder, on any machine.
+std::vector<GoldenFile> embedded_golden_files();
+// Every *.json file in `dir`, sorted; throws std::runtime_error naming the folder when it is
+// not a readable directory.
+std::vector<std::string> golden_files(const std::string& dir);
+
+// The environment variable that points conformance at another folder of golden files (for a
+// regenerated set, before it is built in). Unset: the embedded files.
+inline constexpr const char* kGoldenDirVariable = "GDN_GOLDEN_DIR";
+// The golden cases conformance judges: those of the folder GDN_GOLDEN_DIR names when it is set
+// (an error when it is empty, not a folder or holds no *.json file), else the embedded ones.
+// *origin receives where they came from, for the report.
+std::vector<GoldenCase> load_all_golden(std::string* origin);
 
 // The metric the tolerances bound: for each (sequence, value head) block of the tensor (o rows
 // of that sequence and head, or that state matrix), max |x - golden| / max |golden|, and the

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -29,8 +30,8 @@ namespace {
 const std::vector<GoldenCase>& all_cases() {
   static const std::vector<GoldenCase> cases = [] {
     std::vector<GoldenCase> out;
-    for (const std::string& file : golden_files()) {
-      std::vector<GoldenCase> part = load_golden(file);
+    for (const GoldenFile& file : embedded_golden_files()) {
+      std::vector<GoldenCase> part = parse_golden(file.text, file.name);
       out.insert(out.end(), part.begin(), part.end());
     }
     return out;
@@ -67,8 +68,42 @@ void check_against_golden(const char* reference_name, const GoldenCase& c, const
 
 }  // namespace
 
+TEST_CASE("golden files: built into the binary byte for byte", "[golden]") {
+  // The embedded copies are the source folder's files, exactly (the build regenerates them when
+  // a file changes), and no path of the build machine is needed to read them.
+  const std::vector<std::string> sources = golden_files(GDN_GOLDEN_SOURCE_DIR);
+  const std::vector<GoldenFile> embedded = embedded_golden_files();
+  REQUIRE(sources.size() == embedded.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    INFO(sources[i]);
+    CHECK(std::filesystem::path(sources[i]).filename().string() == embedded[i].name);
+    std::ifstream in(sources[i], std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(bytes.size() == embedded[i].text.size());
+    CHECK(bytes == embedded[i].text);
+  }
+  // load_all_golden takes the embedded files unless GDN_GOLDEN_DIR names a folder.
+  ::unsetenv(kGoldenDirVariable);
+  std::string origin;
+  CHECK(load_all_golden(&origin).size() == all_cases().size());
+  CHECK(origin == "built into this binary");
+  ::setenv(kGoldenDirVariable, GDN_GOLDEN_SOURCE_DIR, 1);
+  CHECK(load_all_golden(&origin).size() == all_cases().size());
+  CHECK(origin.find(GDN_GOLDEN_SOURCE_DIR) != std::string::npos);
+  for (const char* bad : {"", "/nonexistent/golden-folder"}) {
+    ::setenv(kGoldenDirVariable, bad, 1);
+    try {
+      (void)load_all_golden(&origin);
+      FAIL("accepted GDN_GOLDEN_DIR='" << bad << "'");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()).find(*bad ? bad : "GDN_GOLDEN_DIR") != std::string::npos);
+    }
+  }
+  ::unsetenv(kGoldenDirVariable);
+}
+
 TEST_CASE("golden files: both libraries present, every case loads", "[golden]") {
-  const std::vector<std::string> files = golden_files();
+  const std::vector<GoldenFile> files = embedded_golden_files();
   REQUIRE(files.size() >= 2);
   std::set<std::string> libraries;
   for (const GoldenCase& c : all_cases()) libraries.insert(c.source.substr(0, c.source.find(' ')));

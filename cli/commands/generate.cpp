@@ -1,6 +1,12 @@
 // gdn-testbed generate: inputs-only case files (and manifest.json) for an implementation that
 // gdn-testbed did not write; `verify` judges the outputs written into them.
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <iostream>
@@ -22,12 +28,39 @@ struct GenerateOptions {
   long long first = 0;
   std::uint64_t seed = 1;
   std::string suite = "fuzz";
+  bool force = false;
   SpaceOptions space;
 };
 
+// The *.safetensors files (and manifest.json) already in `dir`: stale cases that verify would
+// judge next to the new ones.
+std::vector<std::string> existing_cases(const std::string& dir) {
+  std::vector<std::string> found;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return found;
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if ((n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) || n == "manifest.json")
+      found.push_back(dir + "/" + n);
+  }
+  ::closedir(d);
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 int generate(const GenerateOptions& o, const std::string& command) {
   if (o.out.empty()) throw UsageError("generate needs --out DIR");
-  ::mkdir(o.out.c_str(), 0755);
+  if (::mkdir(o.out.c_str(), 0755) != 0 && errno != EEXIST)
+    throw UsageError("--out: cannot create the folder " + o.out + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::stat(o.out.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw UsageError("--out: " + o.out + " is not a folder");
+  // Old cases left beside the new ones would be judged by verify as if they were new.
+  const std::vector<std::string> old = existing_cases(o.out);
+  if (!old.empty() && !o.force)
+    throw UsageError("--out: " + o.out + " already holds case files (" + std::to_string(old.size()) +
+                     ", e.g. " + old.front() + "): choose an empty folder, or --force to remove them first");
+  for (const std::string& f : old)
+    if (::unlink(f.c_str()) != 0) throw UsageError("--force: cannot remove " + f + ": " + std::strerror(errno));
   std::vector<GeneratedCase> cases;
   if (o.suite == "conformance") {
     cases = conformance_cases();
@@ -56,7 +89,7 @@ int generate(const GenerateOptions& o, const std::string& command) {
     oracle::write_case_file(path, c);
     manifest["cases"].push_back({{"file", name}, {"name", g.name}, {"problem", g.problem.describe()}});
   }
-  write_text_file(o.out + "/manifest.json", manifest.dump(2) + "\n");
+  write_text_file(o.out + "/manifest.json", dump_json(manifest));
   std::cout << "wrote " << cases.size() << " case files to " << o.out << "/ (manifest.json lists them)\n";
   return 0;
 }
@@ -67,13 +100,15 @@ void add_generate(CLI::App& app, Context& context) {
   CLI::App* sub = app.add_subcommand("generate", "write inputs-only case files for an external implementation");
   auto o = std::make_shared<GenerateOptions>();
   sub->add_option("--out", o->out, "folder for the case files and manifest.json (required)")->type_name("DIR");
-  add_integer(*sub, "--cases", &o->cases, 1, "how many cases (--suite fuzz)")->type_name("N");
+  add_integer(*sub, "--cases", &o->cases, 1, 99999, "how many cases (--suite fuzz)")->type_name("N");
   add_seed(*sub, "--seed", &o->seed, "the campaign's seed, as in fuzz --seed")->type_name("S");
   sub->add_option("--suite", o->suite, "fuzz: sampled cases; conformance: the built-in cases")
       ->type_name("fuzz|conformance")
       ->check(CLI::IsMember({"fuzz", "conformance"}).description(""))
       ->capture_default_str();
-  add_integer(*sub, "--first", &o->first, 0, "start at the campaign's case I: fuzz/I of fuzz --seed S")->type_name("I");
+  add_integer(*sub, "--first", &o->first, 0, 1LL << 62, "start at the campaign's case I: fuzz/I of fuzz --seed S")->type_name("I");
+  sub->add_flag("--force", o->force,
+                "remove the case files (*.safetensors) and manifest.json already in --out first (else refused)");
   add_space_options(*sub, &o->space);
   sub->callback([o, &context] { context.exit_code = generate(*o, context.command_line); });
 }

@@ -21,21 +21,23 @@ int merge(const MergeOptions& o) {
   if (o.out.empty() || o.shards.empty()) throw UsageError("merge needs --out FILE and shard result files");
   std::vector<nlohmann::json> shards;
   for (const std::string& path : o.shards) {
+    if (const std::string why = not_a_regular_file(path); !why.empty()) throw UsageError("merge: " + path + ": " + why);
     std::ifstream in(path);
-    if (!in) throw UsageError("cannot read " + path);
+    if (!in) throw UsageError("merge: cannot read " + path);
     try {
       shards.push_back(nlohmann::json::parse(in));
     } catch (const nlohmann::json::exception& e) {
-      throw UsageError(path + " is not JSON: " + e.what());
+      throw UsageError("merge: " + path + " is not JSON: " + e.what());
     }
   }
+  // Every file is checked before anything is written: a rejected shard leaves no merged file.
   nlohmann::json merged;
   try {
-    merged = merge_results(shards);
+    merged = merge_results(shards, o.shards);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  write_text_file(o.out, merged.dump(2) + "\n");
+  write_text_file(o.out, dump_json(merged));
   std::cout << "merged " << shards.size() << " shards: " << merged["cases"] << " cases, " << merged["failures_total"]
             << " failures";
   if (!merged["missing_shards"].empty()) std::cout << "; missing shards " << merged["missing_shards"].dump();

@@ -1,5 +1,11 @@
 #include "cli/commands/options.hpp"
 
+#include <cerrno>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+
 #include "cli/output.hpp"
 #include "cli/registry_all.hpp"
 
@@ -7,69 +13,92 @@ namespace gdn::cli {
 
 namespace {
 
-// CLI11 reads integers with strtoll's base 0 (010 is eight): these transforms check the text
-// and hand CLI11 the value in decimal, so what is accepted does not depend on that.
-CLI::Validator integer_at_least(long long low) {
+// CLI11 reads integers with strtoll's base 0 (010 is eight, 0x10 sixteen): these transforms
+// check the text themselves and hand CLI11 the value in decimal, so what is accepted does not
+// depend on that. Integers are decimal digits with an optional leading '-', nothing else (no
+// spaces, no '+', no 0x); leading zeros are decimal digits (010 is ten). The value must lie in
+// [low, high]: an option stored in an int cannot wrap (--max-K 4294967298 is refused, not 2).
+bool decimal_digits(const std::string& text, std::size_t from) {
+  if (text.size() <= from) return false;
+  for (std::size_t i = from; i < text.size(); ++i)
+    if (text[i] < '0' || text[i] > '9') return false;
+  return true;
+}
+
+CLI::Validator integer_in(long long low, long long high) {
   return CLI::Validator(
-      [low](std::string& text) -> std::string {
+      [low, high](std::string& text) -> std::string {
         long long x = 0;
-        try {
-          std::size_t used = 0;
-          x = std::stoll(text, &used);
-          if (used != text.size()) throw std::invalid_argument("trailing");
-        } catch (const std::exception&) {
-          return "needs an integer, got '" + text + "'";
-        }
-        if (x < low) return "must be >= " + std::to_string(low) + ", got " + text;
+        const bool negative = !text.empty() && text[0] == '-';
+        if (!decimal_digits(text, negative ? 1 : 0)) return "needs a decimal integer, got '" + text + "'";
+        errno = 0;
+        char* end = nullptr;
+        x = std::strtoll(text.c_str(), &end, 10);
+        if (errno == ERANGE || x < low || x > high)
+          return "must be in [" + std::to_string(low) + ", " + std::to_string(high) + "], got " + text;
         text = std::to_string(x);
         return "";
       },
       "");
 }
 
+// Seeds: decimal (leading zeros are decimal: 010 is ten), or hexadecimal with an explicit 0x;
+// at most 2^64 - 1.
 CLI::Validator unsigned_seed() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        try {
-          std::size_t used = 0;
-          const unsigned long long x = std::stoull(text, &used, 0);
-          if (used != text.size() || text[0] == '-') throw std::invalid_argument("bad");
-          text = std::to_string(x);
-          return "";
-        } catch (const std::exception&) {
-          return "needs an unsigned integer, got '" + text + "'";
+        const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+        bool ok = hex ? text.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos
+                      : decimal_digits(text, 0);
+        unsigned long long x = 0;
+        if (ok) {
+          errno = 0;
+          char* end = nullptr;
+          x = std::strtoull(hex ? text.c_str() + 2 : text.c_str(), &end, hex ? 16 : 10);
+          ok = errno != ERANGE && *end == '\0';
         }
+        if (!ok) return "needs an unsigned decimal integer or 0x hexadecimal below 2^64, got '" + text + "'";
+        text = std::to_string(x);
+        return "";
       },
       "");
 }
 
-CLI::Validator number() {
+// A finite number in [low, high] (nan, inf and out-of-range values are refused by name).
+CLI::Validator number_in(double low, double high) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [low, high](std::string& text) -> std::string {
+        double x = 0;
         try {
           std::size_t used = 0;
-          (void)std::stod(text, &used);
-          if (used == text.size()) return "";
+          x = std::stod(text, &used);
+          if (used != text.size() || text.empty() || std::isspace(static_cast<unsigned char>(text[0])))
+            throw std::invalid_argument("trailing");
         } catch (const std::exception&) {
+          return "needs a number, got '" + text + "'";
         }
-        return "needs a number, got '" + text + "'";
+        if (!std::isfinite(x)) return "needs a finite number, got '" + text + "'";
+        if (x < low || x > high) return "must be in [" + CLI::detail::to_string(low) + ", " +
+                                        CLI::detail::to_string(high) + "], got " + text;
+        return "";
       },
       "");
 }
 
 }  // namespace
 
-CLI::Option* add_integer(CLI::App& app, const std::string& name, long long* value, long long low,
+CLI::Option* add_integer(CLI::App& app, const std::string& name, long long* value, long long low, long long high,
                          const std::string& help) {
-  return app.add_option(name, *value, help)->transform(integer_at_least(low))->capture_default_str();
+  return app.add_option(name, *value, help)->transform(integer_in(low, high))->capture_default_str();
 }
 
 CLI::Option* add_seed(CLI::App& app, const std::string& name, std::uint64_t* value, const std::string& help) {
   return app.add_option(name, *value, help)->transform(unsigned_seed())->capture_default_str();
 }
 
-CLI::Option* add_number(CLI::App& app, const std::string& name, double* value, const std::string& help) {
-  return app.add_option(name, *value, help)->transform(number())->capture_default_str();
+CLI::Option* add_number(CLI::App& app, const std::string& name, double* value, double low, double high,
+                        const std::string& help) {
+  return app.add_option(name, *value, help)->transform(number_in(low, high))->capture_default_str();
 }
 
 std::optional<oracle::BudgetOptions> BudgetChoice::get() const {
@@ -109,24 +138,38 @@ fuzz::CaseSpace SpaceOptions::space() const {
 
 void add_space_options(CLI::App& app, SpaceOptions* space) {
   const std::string group = "Case space (fuzz::gen_case)";
-  add_integer(app, "--max-K", &space->max_K, 1, "largest key head size K")->group(group);
-  add_integer(app, "--max-V", &space->max_V, 1, "largest value head size V")->group(group);
-  add_integer(app, "--K-multiple", &space->K_multiple, 1,
+  add_integer(app, "--max-K", &space->max_K, 1, INT_MAX, "largest key head size K")->group(group);
+  add_integer(app, "--max-V", &space->max_V, 1, INT_MAX, "largest value head size V")->group(group);
+  add_integer(app, "--K-multiple", &space->K_multiple, 1, INT_MAX,
               "K rounded up to a multiple of M (16 for the chunked prefill); at most --max-K")
       ->type_name("M")
       ->group(group);
-  add_integer(app, "--max-tokens", &space->max_tokens, 1, "most tokens T of a case")->group(group);
-  add_integer(app, "--max-sequences", &space->max_sequences, 1, "most sequences N of a case")->group(group);
-  add_number(app, "--max-work", &space->max_work, "cap on the work T*HV*K*V")->group(group);
+  add_integer(app, "--max-tokens", &space->max_tokens, 1, INT_MAX, "most tokens T of a case")->group(group);
+  add_integer(app, "--max-sequences", &space->max_sequences, 1, INT_MAX, "most sequences N of a case")->group(group);
+  add_number(app, "--max-work", &space->max_work, 1, 1e30, "cap on the work T*HV*K*V")->group(group);
   app.add_flag("--intermediate", space->intermediate, "draw per-token intermediate states too (not for chunked "
                                                         "implementations)")
       ->group(group);
 }
 
+void add_case_limits(CLI::App& app, oracle::CaseLimits* limits) {
+  // CLI11 stores into uint64_t through the checked decimal text.
+  app.add_option("--max-case-bytes", limits->max_bytes,
+                 "refuse a case whose estimated memory to read and judge exceeds N bytes (docs/case_files.md)")
+      ->transform(integer_in(1, LLONG_MAX))
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--max-case-work", limits->max_work,
+                 "refuse a case whose estimated reference work exceeds N state-element updates")
+      ->transform(integer_in(1, LLONG_MAX))
+      ->type_name("N")
+      ->capture_default_str();
+}
+
 void VerdictFiles::write(const std::string& suite, const std::string& command,
                          const std::vector<oracle::Verdict>& verdicts) const {
   if (!junit.empty()) write_text_file(junit, junit_xml(suite, verdicts));
-  if (!json.empty()) write_text_file(json, verdicts_json(command, verdicts).dump(2) + "\n");
+  if (!json.empty()) write_text_file(json, dump_json(verdicts_json(command, verdicts)));
 }
 
 void add_verdict_files(CLI::App& app, VerdictFiles* files, bool junit) {
@@ -135,6 +178,8 @@ void add_verdict_files(CLI::App& app, VerdictFiles* files, bool junit) {
 }
 
 std::vector<const oracle::RegistryEntry*> select(const std::string& names) {
+  if (names.find_first_not_of(" ,") == std::string::npos)
+    throw UsageError("--impl: names no implementation, got '" + names + "' (gdn-testbed list)");
   try {
     return default_registry().select(names);
   } catch (const std::invalid_argument& e) {
@@ -145,29 +190,6 @@ std::vector<const oracle::RegistryEntry*> select(const std::string& names) {
 int exit_code(const std::vector<oracle::Verdict>& verdicts) {
   const Tally t = tally(verdicts);
   return t.fail + t.error > 0 ? 1 : 0;
-}
-
-Formulation formulation_of(const oracle::CaseFile& c) {
-  return c.meta("gdn.formulation", "chunked") == "sequential" ? Formulation::sequential : Formulation::chunked;
-}
-
-int chunk_size_of(const oracle::CaseFile& c) {
-  try {
-    return std::max(1, std::stoi(c.meta("gdn.chunk_size", "64")));
-  } catch (const std::exception&) {
-    return 64;
-  }
-}
-
-oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
-                                  const oracle::RegistryEntry* entry) {
-  if (given) return *given;
-  if (c.metadata.count("gdn.budget")) {
-    oracle::BudgetOptions b;
-    std::string error;
-    if (oracle::parse_budget(c.meta("gdn.budget"), &b, &error)) return b;
-  }
-  return entry ? entry->default_budget : oracle::BudgetOptions{};
 }
 
 }  // namespace gdn::cli

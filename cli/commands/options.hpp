@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/campaign.hpp"
+#include "cli/judge_file.hpp"
 #include "fuzz/generators.hpp"
 #include "oracle/case_file.hpp"
 
@@ -23,13 +24,15 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// An integer option: decimal digits only (no 0x, no octal), at least `low`.
-CLI::Option* add_integer(CLI::App& app, const std::string& name, long long* value, long long low,
+// An integer option: decimal digits only, optional '-' (no 0x, no octal: 010 is ten), in
+// [low, high] (high: what the field it ends up in holds, so nothing wraps).
+CLI::Option* add_integer(CLI::App& app, const std::string& name, long long* value, long long low, long long high,
                          const std::string& help);
-// A seed: unsigned, decimal, 0x hexadecimal or 0-prefixed octal, no sign.
+// A seed: unsigned, decimal (010 is ten) or hexadecimal with an explicit 0x, below 2^64.
 CLI::Option* add_seed(CLI::App& app, const std::string& name, std::uint64_t* value, const std::string& help);
-// A floating-point number, the whole argument.
-CLI::Option* add_number(CLI::App& app, const std::string& name, double* value, const std::string& help);
+// A finite floating-point number in [low, high], the whole argument (nan and inf are refused).
+CLI::Option* add_number(CLI::App& app, const std::string& name, double* value, double low, double high,
+                        const std::string& help);
 
 // --budget B, checked at parse time by oracle::parse_budget.
 struct BudgetChoice {
@@ -50,6 +53,10 @@ struct SpaceOptions {
 };
 void add_space_options(CLI::App& app, SpaceOptions* space);
 
+// --max-case-bytes N and --max-case-work N: the size limits of a case file (oracle/limits.hpp),
+// for the commands that read case files (verify, replay).
+void add_case_limits(CLI::App& app, oracle::CaseLimits* limits);
+
 // --junit FILE and --json FILE: the verdicts as JUnit XML and as gdn-verdicts/1 JSON.
 struct VerdictFiles {
   std::string junit, json;
@@ -58,17 +65,9 @@ struct VerdictFiles {
 };
 void add_verdict_files(CLI::App& app, VerdictFiles* files, bool junit = true);
 
-// The registry's selection; an unknown name is a usage error.
+// The registry's selection; an unknown name, or a list that names nothing, is a usage error.
 std::vector<const oracle::RegistryEntry*> select(const std::string& names);
 // 1 when a verdict failed or errored, else 0 (SKIPPED is not a failure).
 int exit_code(const std::vector<oracle::Verdict>& verdicts);
-
-// What a case file records about the implementation that wrote its outputs.
-Formulation formulation_of(const oracle::CaseFile& c);
-int chunk_size_of(const oracle::CaseFile& c);
-// The budget to judge a file with: the one given, else the file's gdn.budget, else the entry's
-// default, else the oracle's.
-oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
-                                  const oracle::RegistryEntry* entry);
 
 }  // namespace gdn::cli

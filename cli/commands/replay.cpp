@@ -2,6 +2,8 @@
 // inputs and judge it; a file with outputs but no runnable implementation is judged on the
 // outputs it holds. --expect pass|fail turns the verdict into the exit status.
 #include <iostream>
+#include <new>
+#include <optional>
 #include <memory>
 
 #include "cli/commands/commands.hpp"
@@ -20,33 +22,57 @@ struct ReplayOptions {
   BudgetChoice budget;
   std::string expect;
   VerdictFiles files_out;
+  oracle::CaseLimits limits;
 };
+
+// One file's verdict. Never throws: a file that cannot be read or judged is an ERROR verdict,
+// so one bad file does not end a batch.
+oracle::Verdict replay_one(const ReplayOptions& o, const std::string& path,
+                           const std::optional<oracle::BudgetOptions>& budget) {
+  const bool impl_given = o.impl_option->count() > 0;
+  if (const std::string why = not_a_regular_file(path); !why.empty())
+    return error_verdict(path, "(unreadable)", path + ": " + why);
+  try {
+    const oracle::CaseFile c = oracle::read_case_file(path, o.limits);
+    const std::string name = impl_given ? o.impl : c.meta("gdn.implementation");
+    const oracle::RegistryEntry* entry = name.empty() ? nullptr : default_registry().find(name);
+    oracle::Verdict v;
+    if (entry) {
+      std::string note;
+      const oracle::BudgetOptions b = file_budget(c, budget, entry, &note);
+      oracle::CaseContext context(c.meta("gdn.case_name", path), c.problem, c.inputs);
+      auto impl = entry->make();
+      v = oracle::evaluate(*impl, context, b);
+      v.message += std::string(v.message.empty() ? "" : "; ") + "re-ran " + entry->name;
+      if (!note.empty()) v.message += "; " + note;
+    } else if (c.outputs && !impl_given) {
+      v = judge_case(c, path, budget, [](const std::string&) { return nullptr; });
+      if (v.status != oracle::Status::error)
+        v.message += "; judged the outputs stored in the file (" +
+                     (name.empty() ? std::string("no implementation named") : name + " is not registered here") + ")";
+    } else if (!name.empty()) {
+      return error_verdict(path, name, path + ": implementation '" + name + "' is not registered here (gdn-testbed list)");
+    } else {
+      return error_verdict(path, "(unnamed)", path + " names no implementation and holds no outputs: give --impl NAME");
+    }
+    v.case_name = path;
+    return v;
+  } catch (const std::bad_alloc&) {
+    return error_verdict(path, "(unreadable)", path + ": out of memory while reading or judging it");
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return error_verdict(path, "(unreadable)", what.find(path) != std::string::npos ? what : path + ": " + what);
+  }
+}
 
 int replay(const ReplayOptions& o, const std::string& command) {
   if (o.files.empty()) throw UsageError("replay needs a case file");
-  const bool impl_given = o.impl_option->count() > 0;
+  if (o.impl_option->count() > 0 && default_registry().find(o.impl) == nullptr)
+    throw UsageError("--impl: implementation '" + o.impl + "' is not registered here (gdn-testbed list)");
+  const auto budget = o.budget.get();
   std::vector<oracle::Verdict> verdicts;
   for (const std::string& path : o.files) {
-    const oracle::CaseFile c = oracle::read_case_file(path);
-    const std::string name = impl_given ? o.impl : c.meta("gdn.implementation");
-    const oracle::RegistryEntry* entry = name.empty() ? nullptr : default_registry().find(name);
-    oracle::CaseContext context(c.meta("gdn.case_name", path), c.problem, c.inputs);
-    oracle::Verdict v;
-    if (entry) {
-      auto impl = entry->make();
-      v = oracle::evaluate(*impl, context, file_budget(c, o.budget.get(), entry));
-      v.message += std::string(v.message.empty() ? "" : "; ") + "re-ran " + entry->name;
-    } else if (c.outputs && !impl_given) {
-      v = oracle::evaluate_outputs(name.empty() ? "(outputs in file)" : name, formulation_of(c), chunk_size_of(c), context,
-                                   *c.outputs, file_budget(c, o.budget.get(), nullptr));
-      v.message = "judged the outputs stored in the file (" +
-                  (name.empty() ? std::string("no implementation named") : name + " is not registered here") + ")";
-    } else if (!name.empty()) {
-      throw UsageError("implementation '" + name + "' is not registered here (gdn-testbed list)");
-    } else {
-      throw UsageError(path + " names no implementation and holds no outputs: give --impl NAME");
-    }
-    v.case_name = path;
+    oracle::Verdict v = replay_one(o, path, budget);
     std::cout << v.details() << "\n";
     verdicts.push_back(std::move(v));
   }
@@ -78,11 +104,13 @@ void add_replay(CLI::App& app, Context& context) {
   sub->add_option("FILE", o->files, "case files (.safetensors), e.g. those fuzz saved")->type_name("");
   o->impl_option = sub->add_option("--impl", o->impl, "run this implementation instead of the one the file names")
                        ->type_name("NAME");
-  add_budget(*sub, &o->budget, "the file's gdn.budget, else the implementation's own");
+  add_budget(*sub, &o->budget,
+             "the file's gdn.budget where it is no looser than the implementation's own, else that");
   sub->add_option("--expect", o->expect, "exit 0 iff every verdict is this (pass: PASS, fail: FAIL)")
       ->type_name("pass|fail")
       ->check(CLI::IsMember({"pass", "fail"}).description(""));
   add_verdict_files(*sub, &o->files_out);
+  add_case_limits(*sub, &o->limits);
   sub->callback([o, &context] { context.exit_code = replay(*o, context.command_line); });
 }
 

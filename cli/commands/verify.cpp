@@ -4,12 +4,15 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <memory>
 
 #include "cli/commands/commands.hpp"
 #include "cli/commands/options.hpp"
 #include "cli/output.hpp"
+#include "cli/registry_all.hpp"
 
 namespace gdn::cli {
 
@@ -20,9 +23,14 @@ struct VerifyOptions {
   BudgetChoice budget;
   VerdictFiles files;
   bool verbose = false;
+  bool allow_empty = false;
+  oracle::CaseLimits limits;
 };
 
-// Files as given; folders contribute their *.safetensors files, sorted by name.
+// Files as given; folders contribute every entry whose name ends in .safetensors, sorted by
+// name, whatever its type: a folder or FIFO so named becomes an ERROR verdict (judge_case_file
+// refuses it before opening it), so nothing named like a case is silently left out. Write
+// temporaries (NAME.tmp.PID.N, oracle::write_file_atomic) do not end in .safetensors.
 std::vector<std::string> case_files_under(const std::vector<std::string>& paths) {
   std::vector<std::string> files;
   for (const std::string& p : paths) {
@@ -31,11 +39,12 @@ std::vector<std::string> case_files_under(const std::vector<std::string>& paths)
     if (S_ISDIR(st.st_mode)) {
       std::vector<std::string> found;
       DIR* d = ::opendir(p.c_str());
-      while (dirent* e = d ? ::readdir(d) : nullptr) {
+      if (d == nullptr) throw UsageError("cannot list the folder " + p + ": " + std::strerror(errno));
+      while (dirent* e = ::readdir(d)) {
         const std::string n = e->d_name;
         if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) found.push_back(p + "/" + n);
       }
-      if (d) ::closedir(d);
+      ::closedir(d);
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else {
@@ -48,33 +57,17 @@ std::vector<std::string> case_files_under(const std::vector<std::string>& paths)
 int verify(const VerifyOptions& o, const std::string& command) {
   if (o.paths.empty()) throw UsageError("verify needs case files or folders");
   const auto budget = o.budget.get();
+  const std::vector<std::string> files = case_files_under(o.paths);
+  // Zero verdicts would read as "nothing failed": an error unless asked for.
+  if (files.empty() && !o.allow_empty)
+    throw UsageError("verify: no case files (*.safetensors) in the paths given; --allow-empty accepts that");
   std::vector<oracle::Verdict> verdicts;
-  for (const std::string& path : case_files_under(o.paths)) {
-    oracle::Verdict v;
-    try {
-      const oracle::CaseFile c = oracle::read_case_file(path);
-      const std::string name = c.meta("gdn.implementation", "(unnamed)");
-      oracle::CaseContext context(c.meta("gdn.case_name", path), c.problem, c.inputs);
-      if (!c.outputs) {
-        v.case_name = context.name();
-        v.implementation = name;
-        v.status = oracle::Status::error;
-        v.message = path + " holds no outputs (out.o): run the external implementation on it first";
-      } else {
-        v = oracle::evaluate_outputs(name, formulation_of(c), chunk_size_of(c), context, *c.outputs,
-                                     budget ? *budget : file_budget(c, std::nullopt, nullptr));
-        v.message = path;
-      }
-    } catch (const oracle::CaseFileError& e) {
-      v.case_name = path;
-      v.implementation = "(unreadable)";
-      v.status = oracle::Status::error;
-      v.message = e.what();
-    }
-    verdicts.push_back(std::move(v));
-  }
+  const EntryLookup lookup = [](const std::string& name) { return default_registry().find(name); };
+  for (const std::string& path : files) verdicts.push_back(judge_case_file(path, budget, lookup, o.limits));
   print_table(std::cout, verdicts, o.verbose);
   o.files.write("gdn-testbed verify", command, verdicts);
+  if (!verdicts.empty() && tally(verdicts).error == static_cast<int>(verdicts.size()))
+    std::cerr << "gdn-testbed verify: no readable case among " << verdicts.size() << " files\n";
   return exit_code(verdicts);
 }
 
@@ -87,8 +80,12 @@ void add_verify(CLI::App& app, Context& context) {
       "exit 1 on any FAIL/ERROR.");
   auto o = std::make_shared<VerifyOptions>();
   sub->add_option("PATH", o->paths, "case files, or folders of *.safetensors files")->type_name("");
-  add_budget(*sub, &o->budget, "each file's gdn.budget, else the oracle's calibrated budget");
+  add_budget(*sub, &o->budget,
+             "each file's gdn.budget where it is no looser than the default (the named implementation's "
+             "budget, else calibrated), else that default");
   add_verdict_files(*sub, &o->files);
+  add_case_limits(*sub, &o->limits);
+  sub->add_flag("--allow-empty", o->allow_empty, "exit 0 when no case file is found (else a usage error)");
   sub->add_flag("--verbose", o->verbose, "every check and metric of failed verdicts below the table");
   sub->callback([o, &context] { context.exit_code = verify(*o, context.command_line); });
 }

@@ -1,0 +1,47 @@
+#pragma once
+// Judging the outputs stored in one case file (verify, replay, the verify fuzz target): what the
+// file says about how it is judged (formulation, chunk size, budget), read strictly, and the
+// rule that a file's own gdn.budget may tighten its judgment but never loosen it.
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "oracle/budget.hpp"
+#include "oracle/case_file.hpp"
+#include "oracle/registry.hpp"
+
+namespace gdn::cli {
+
+// True when judging with `candidate` can never pass what `reference` fails: the same model with
+// every parameter at most as generous (bitwise is tighter than everything). Budgets that are
+// not comparable this way (another model or baseline) are not "no looser".
+bool budget_no_looser(const oracle::BudgetOptions& candidate, const oracle::BudgetOptions& reference);
+
+// The budget to judge a file with. `given` (--budget) wins. Else the default is the entry's
+// default budget (the implementation the file names, when registered), else the oracle's
+// calibrated one; the file's gdn.budget is used only when budget_no_looser(file's, default),
+// otherwise the default is used and *note says so. A malformed gdn.budget throws CaseFileError.
+oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
+                                  const oracle::RegistryEntry* entry, std::string* note = nullptr);
+
+// Judges the outputs a case file holds. Never throws: a file that cannot be read, is not a
+// regular file (a folder, a FIFO: refused before it is opened), holds no outputs, or cannot be
+// judged (a budget that does not apply, a malformed key) is one ERROR verdict naming the path
+// and the reason. `find_entry` maps gdn.implementation to a registered entry (may return null).
+using EntryLookup = std::function<const oracle::RegistryEntry*(const std::string& name)>;
+// `limits` bound the estimated memory and work of a case (oracle/limits.hpp): a file over them
+// is an ERROR naming the limit and the flag that raises it.
+oracle::Verdict judge_case_file(const std::string& path, const std::optional<oracle::BudgetOptions>& budget,
+                                const EntryLookup& find_entry, const oracle::CaseLimits& limits = {});
+// The same for a file already decoded (the fuzz target judges bytes; `path` names it).
+oracle::Verdict judge_case(const oracle::CaseFile& c, const std::string& path,
+                           const std::optional<oracle::BudgetOptions>& budget, const EntryLookup& find_entry);
+
+// An ERROR verdict for `path` (case name) with `message`.
+oracle::Verdict error_verdict(const std::string& path, const std::string& implementation, const std::string& message);
+
+// "" when `path` names a regular file, else why not (missing, a folder, a FIFO, ...): checked
+// before a file is opened, since opening a FIFO blocks.
+std::string not_a_regular_file(const std::string& path);
+
+}  // namespace gdn::cli
