@@ -85,16 +85,7 @@ Outputs<double> ChunkedPrefillKernel::run_impl(const Problem& problem, const Inp
     hT = &add_output(buffers, "hT", state_bytes);
     t.hT = static_cast<float*>(hT->data());
   }
-  if (cu_seqlens_type_ == IndexType::i64) {
-    buffers.emplace_back("cu_seqlens", problem.cu_seqlens.size() * 8);
-    buffers.back().upload(problem.cu_seqlens.data());
-  } else {
-    std::vector<std::int32_t> cu(problem.cu_seqlens.begin(), problem.cu_seqlens.end());
-    buffers.emplace_back("cu_seqlens", cu.size() * 4);
-    buffers.back().upload(cu.data());
-  }
-  t.cu_seqlens = buffers.back().data();
-  t.cu_seqlens_type = cu_seqlens_type_;
+  add_cu_seqlens(buffers, problem, cu_seqlens_type_, t);
   const Shape o_shape = problem.v_shape();
   GuardedBuffer& o = add_output(buffers, "o", static_cast<std::size_t>(shape_numel(o_shape)) * dtype_size(in));
   t.o = o.data();

@@ -95,4 +95,20 @@ inline void add_token_inputs(std::vector<GuardedBuffer>& all, const Problem& pro
   }
 }
 
+// Uploads cu_seqlens in the index type the launch is asked to read (int64 as given, or int32)
+// and points `t` at it.
+inline void add_cu_seqlens(std::vector<GuardedBuffer>& all, const Problem& problem, IndexType type,
+                           DeviceTensors& t) {
+  if (type == IndexType::i64) {
+    all.emplace_back("cu_seqlens", problem.cu_seqlens.size() * 8);
+    all.back().upload(problem.cu_seqlens.data());
+  } else {
+    std::vector<std::int32_t> cu(problem.cu_seqlens.begin(), problem.cu_seqlens.end());
+    all.emplace_back("cu_seqlens", cu.size() * 4);
+    all.back().upload(cu.data());
+  }
+  t.cu_seqlens = all.back().data();
+  t.cu_seqlens_type = type;
+}
+
 }  // namespace gdn::cuda

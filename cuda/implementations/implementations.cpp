@@ -60,18 +60,7 @@ Outputs<double> KernelAdapter::run(const Problem& problem, const Inputs& inputs)
       t.hT = static_cast<float*>(dense_hT->data());
     }
   }
-  if (entry_ == Entry::recurrent_prefill) {
-    if (cu_seqlens_type_ == IndexType::i64) {
-      buffers.emplace_back("cu_seqlens", problem.cu_seqlens.size() * 8);
-      buffers.back().upload(problem.cu_seqlens.data());
-    } else {
-      std::vector<std::int32_t> cu(problem.cu_seqlens.begin(), problem.cu_seqlens.end());
-      buffers.emplace_back("cu_seqlens", cu.size() * 4);
-      buffers.back().upload(cu.data());
-    }
-    t.cu_seqlens = buffers.back().data();
-    t.cu_seqlens_type = cu_seqlens_type_;
-  }
+  if (entry_ == Entry::recurrent_prefill) add_cu_seqlens(buffers, problem, cu_seqlens_type_, t);
   const Shape o_shape = problem.v_shape();
   buffers.emplace_back("o", static_cast<std::size_t>(shape_numel(o_shape)) * dtype_size(in));
   buffers.back().fill(0xFF);  // NaN in every dtype: an unwritten element fails
