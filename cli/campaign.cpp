@@ -182,6 +182,8 @@ nlohmann::json FuzzResult::to_json(const FuzzOptions& options) const {
                              {"shrink_seconds", f.shrink_seconds},
                              {"shrink_steps", f.shrink_steps},
                              {"found_after_seconds", f.found_after_seconds},
+                             {"nondeterministic", f.nondeterministic},
+                             {"note", f.note},
                              {"verdict", oracle::to_json(f.verdict)}});
   return j;
 }
@@ -303,22 +305,21 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
       make_directories(options.out_dir);
       const std::string stem = options.out_dir + "/" + safe_name(s.entry->name) + "-" + hex(seed);
       auto metadata = common_metadata(options, *s.entry, *s.impl, s.budget);
-      // The case as generated, with the outputs that failed.
+      f.original_file = stem + ".original.safetensors";
+      // A failure must repeat on the same inputs before it is shrunk: one that does not is a
+      // race, uninitialised memory or another nondeterminism, and shrinking it would chase noise
+      // (a shrunk case that passes on replay, saved as a failure). Such a failure keeps its
+      // original case, and the note says to run the sanitizers.
+      const std::string nondeterministic_note =
+          "NONDETERMINISTIC: the failure did not repeat on the same inputs (a race, uninitialised memory or "
+          "another run-to-run difference); the original case is kept unshrunk. Replay it several times and "
+          "under compute-sanitizer --tool racecheck, then --tool initcheck";
       {
-        oracle::CaseFile file;
-        file.problem = generated.problem;
-        file.inputs = generated.inputs;
-        if (v.status == oracle::Status::fail) file.outputs = actual;
-        file.metadata = metadata;
-        file.metadata["gdn.case_name"] = name;
-        file.metadata["gdn.generator"] = generated.generator.dump();
-        file.metadata["gdn.verdict"] = oracle::to_json(v).dump();
-        f.original_file = stem + ".original.safetensors";
-        file.metadata["gdn.replay"] = options.binary + " replay " + f.original_file;
-        oracle::write_case_file(f.original_file, file);
+        oracle::CaseContext again_context(name, generated.problem, generated.inputs);
+        f.nondeterministic = oracle::evaluate(*s.impl, again_context, s.budget).status != v.status;
       }
       ConcreteCase smallest{generated.problem, generated.inputs};
-      if (options.shrink) {
+      if (options.shrink && !f.nondeterministic) {
         const oracle::Status wanted = v.status;
         ShrinkOptions so = options.shrink_options;
         so.interrupted = interrupted;
@@ -334,11 +335,39 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
         f.shrink_seconds = shrunk.seconds;
         f.shrink_steps = shrunk.steps;
       }
-      oracle::CaseContext shrunk_context(name + " (shrunk)", smallest.problem, smallest.inputs);
       Outputs<double> shrunk_outputs;
-      f.verdict = oracle::evaluate(*s.impl, shrunk_context, s.budget, &shrunk_outputs);
-      f.shrunk_problem = smallest.problem.describe();
+      if (!f.nondeterministic) {
+        oracle::CaseContext shrunk_context(name + " (shrunk)", smallest.problem, smallest.inputs);
+        f.verdict = oracle::evaluate(*s.impl, shrunk_context, s.budget, &shrunk_outputs);
+        // Every accepted shrink step failed; a shrunk case that no longer fails means the
+        // implementation did not repeat itself on one of them.
+        if (f.verdict.status != v.status) f.nondeterministic = true;
+      }
+      if (f.nondeterministic) {
+        f.verdict = v;
+        f.note = nondeterministic_note;
+        f.shrunk_problem = f.original_problem;
+        f.file = f.original_file;
+      } else {
+        f.shrunk_problem = smallest.problem.describe();
+        f.file = stem + ".safetensors";
+      }
+      // The case as generated, with the outputs that failed.
       {
+        oracle::CaseFile file;
+        file.problem = generated.problem;
+        file.inputs = generated.inputs;
+        if (v.status == oracle::Status::fail) file.outputs = actual;
+        file.metadata = metadata;
+        file.metadata["gdn.case_name"] = name;
+        file.metadata["gdn.generator"] = generated.generator.dump();
+        file.metadata["gdn.verdict"] = oracle::to_json(v).dump();
+        file.metadata["gdn.replay"] = options.binary + " replay " + f.original_file;
+        if (f.nondeterministic) file.metadata["gdn.note"] = f.note;
+        oracle::write_case_file(f.original_file, file);
+      }
+      f.replay = options.binary + " replay " + f.file;
+      if (!f.nondeterministic) {
         oracle::CaseFile file;
         file.problem = smallest.problem;
         file.inputs = smallest.inputs;
@@ -349,18 +378,20 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
         nlohmann::json steps = f.shrink_steps;
         file.metadata["gdn.shrink_steps"] = steps.dump();
         file.metadata["gdn.verdict"] = oracle::to_json(f.verdict).dump();
-        f.file = stem + ".safetensors";
-        f.replay = options.binary + " replay " + f.file;
         file.metadata["gdn.replay"] = f.replay;
         oracle::write_case_file(f.file, file);
       }
       ++saved;
       if (options.progress) {
         if (tty) *options.progress << "\n";
-        *options.progress << "FAILURE " << f.verdict.summary() << "\n  shrunk from " << f.original_problem << "\n  to "
-                          << f.shrunk_problem << " in " << f.shrink_evaluations << " evaluations\n  replay: " << f.replay
-                          << "\n"
-                          << std::flush;
+        if (f.nondeterministic)
+          *options.progress << "FAILURE " << f.verdict.summary() << "\n  " << f.note << "\n  replay: " << f.replay << "\n"
+                            << std::flush;
+        else
+          *options.progress << "FAILURE " << f.verdict.summary() << "\n  shrunk from " << f.original_problem << "\n  to "
+                            << f.shrunk_problem << " in " << f.shrink_evaluations << " evaluations\n  replay: "
+                            << f.replay << "\n"
+                            << std::flush;
       }
       result.failures.push_back(std::move(f));
       if (options.stop_at_first_failure) stop = true;

@@ -77,6 +77,10 @@ struct FuzzFailure {
   std::vector<std::string> shrink_steps;
   double found_after_seconds = 0;
   bool saved = true;
+  // The failure did not repeat on the same inputs, or its shrunk case passed on replay: the
+  // original case is kept (file = original_file) and `note` says to run the sanitizers.
+  bool nondeterministic = false;
+  std::string note;
 };
 
 struct ImplementationTally {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of the gdn-testbed binary (run by CTest):
-#   cli_test.sh BINARY WORKDIR STEP
-# STEP: conformance | fuzz | replay | generate-verify | merge | usage, and the regressions of
+#   cli_test.sh BINARY WORKDIR STEP [BUILD_DIR]
+# STEP: conformance | fuzz | replay | generate-verify | merge | usage | installed (needs
+# BUILD_DIR: `cmake --install` there, then the installed binary elsewhere), and the regressions of
 # issue 29: verify-empty | batch-errors | merge-checked | fuzz-args | fuzz-lock |
 # stale-temporaries | generate-force
 set -euo pipefail
@@ -23,6 +24,22 @@ expect_rc() {  # expect_rc RC COMMAND...: COMMAND exits RC; its stdout/stderr in
 }
 
 case "$step" in
+installed)
+  cmake --install "$4" --prefix "$PWD/prefix" --component cli > install.log
+  mkdir -p /tmp/gdn-elsewhere.$$ && cd /tmp/gdn-elsewhere.$$
+  env -u GDN_GOLDEN_DIR "$work/$step/prefix/bin/gdn-testbed" conformance --impl reference.sequential.f64 \
+    --json "$work/$step/verdicts.json" > "$work/$step/out.txt"
+  cd "$work/$step" && rm -rf /tmp/gdn-elsewhere.$$
+  python3 - <<'PY'
+import json
+j = json.load(open("verdicts.json"))
+s = j["summary"]
+assert s["fail"] == 0 and s["error"] == 0, s
+golden = [v for v in j["verdicts"] if v["case"].startswith("golden/")]
+assert len(golden) >= 4, len(golden)
+assert "not run" not in open("out.txt").read()
+PY
+  ;;
 conformance)
   "$bin" conformance --junit junit.xml --json verdicts.json
   grep -q '<testsuites' junit.xml
@@ -116,6 +133,10 @@ usage)
   expect_usage_error --budget conformance --budget nonsense
   expect_usage_error --expect replay --expect maybe x.safetensors
   expect_usage_error "unknown command 'frobnicate'" frobnicate
+  # Planted kernel faults exist only in a fault-campaign build: anywhere else a clear refusal.
+  expect_usage_error --plant-fault --plant-fault chunked_gva_head_map conformance
+  expect_usage_error "no planted faults" --plant-fault list
+  expect_usage_error "needs a fault name" --plant-fault
   expect_usage_error "needs --seconds S or --cases N" fuzz
   ;;
 verify-empty)

@@ -207,3 +207,40 @@ TEST_CASE("shard from the scheduler's environment", "[cli][fuzz]") {
   CHECK_FALSE(parse_shard("8/8", &parsed, &error));
   CHECK_FALSE(parse_shard("x", &parsed, &error));
 }
+
+TEST_CASE("a failure that does not repeat is reported nondeterministic, unshrunk", "[cli][fuzz][fault]") {
+  // fault.intermittent fails every second run, as a race that corrupts results does: the
+  // fuzzer must not shrink it (a shrunk case that passes on replay would be saved as a
+  // failure), but keep the original case and say to run the sanitizers.
+  FuzzOptions options;
+  options.implementations = {default_registry().find("fault.intermittent")};
+  options.seed = 3;
+  options.cases = 40;
+  options.stop_at_first_failure = true;
+  options.out_dir = temp_dir();
+  options.generator = [](std::uint64_t seed) { return sample_case(seed); };
+  const FuzzResult result = run_fuzz(options);
+  REQUIRE(result.failures.size() == 1);
+  const FuzzFailure& f = result.failures.front();
+  CHECK(f.nondeterministic);
+  CHECK(f.file == f.original_file);
+  CHECK(f.shrink_evaluations == 0);
+  CHECK(f.shrunk_problem == f.original_problem);
+  CHECK(f.note.find("NONDETERMINISTIC") != std::string::npos);
+  CHECK(f.note.find("compute-sanitizer") != std::string::npos);
+  CHECK(f.replay.find("replay " + f.original_file) != std::string::npos);
+  const oracle::CaseFile saved = oracle::read_case_file(f.file);
+  CHECK(saved.meta("gdn.note") == f.note);
+  const nlohmann::json j = result.to_json(options);
+  CHECK(j["failures"][0]["nondeterministic"] == true);
+
+  // A deterministic fault is not reported so.
+  options.implementations = {default_registry().find("fault.lost_state_carry")};
+  options.cases = 0;
+  options.seconds = 60;
+  options.out_dir = temp_dir();
+  const FuzzResult steady = run_fuzz(options);
+  REQUIRE(steady.failures.size() == 1);
+  CHECK_FALSE(steady.failures.front().nondeterministic);
+  CHECK(steady.failures.front().file != steady.failures.front().original_file);
+}

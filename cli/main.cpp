@@ -13,6 +13,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/commands/options.hpp"
 #include "cli/output.hpp"
+#include "cli/registry_all.hpp"
 
 #ifndef GDN_TESTBED_VERSION
 #define GDN_TESTBED_VERSION "unknown"
@@ -71,6 +72,34 @@ int main(int argc, char** argv) {
   std::set<std::string> commands;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) commands.insert(sub->get_name());
   std::vector<std::string> args(argv + 1, argv + argc);
+  // A fault-campaign build (-DGDN_KERNEL_FAULTS=ON, cuda/faults/planted_faults.hpp) takes
+  // `--plant-fault NAME` before the command; replay commands it prints carry it, so that a saved
+  // failure replays with the same fault.
+  if (!args.empty() && args[0] == "--plant-fault") {
+    if (args.size() < 2) {
+      std::cerr << "gdn-testbed: --plant-fault needs a fault name\n" << kUsageHint << "\n";
+      return 2;
+    }
+    if (args[1] == "list") {  // the campaign's table of faults (scripts/fault_campaign.sh)
+      const std::string faults = planted_kernel_faults();
+      if (faults.empty()) {
+        std::cerr << "gdn-testbed: --plant-fault list: this binary has no planted faults (a build with "
+                     "-DGDN_KERNEL_FAULTS=ON has)\n";
+        return 2;
+      }
+      std::cout << faults;
+      return 0;
+    }
+    try {
+      plant_kernel_fault(args[1]);
+    } catch (const std::exception& e) {
+      std::cerr << "gdn-testbed: " << e.what() << "\n";
+      return 2;
+    }
+    std::cerr << "gdn-testbed: PLANTED FAULT " << args[1] << " (a fault-campaign build): verdicts judge a broken kernel\n";
+    context.binary += " --plant-fault " + args[1];
+    args.erase(args.begin(), args.begin() + 2);
+  }
   const bool top_level_flag = !args.empty() && (args[0] == "-h" || args[0] == "--help" || args[0] == "--version");
   if (args.empty() || (args[0].rfind("--", 0) == 0 && !top_level_flag))
     args.insert(args.begin(), "conformance");  // the default command

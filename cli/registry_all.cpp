@@ -5,6 +5,7 @@
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS
 #include "cuda/implementations/chunked_implementation.hpp"
 #include "cuda/implementations/implementations.hpp"
+#include "cuda/faults/planted_faults.hpp"
 #endif
 
 namespace gdn::cli {
@@ -21,6 +22,7 @@ void add_kernel(oracle::Registry& registry, const char* description,
   e.default_budget = budget;
   e.make = [] { return std::make_unique<Kernel>(); };
   e.gpu = true;
+  e.check_reproducibility = true;
   registry.add(std::move(e));
 }
 #endif
@@ -71,6 +73,7 @@ oracle::Registry build() {
     e.default_budget = chunked_budget;
     e.make = [split] { return std::make_unique<gdn::cuda::ChunkedPrefillKernel>(split); };
     e.gpu = true;
+    e.check_reproducibility = true;
     registry.add(std::move(e));
   }
   {
@@ -85,6 +88,7 @@ oracle::Registry build() {
     e.default_budget = gdn::cuda::chunked_budget(gdn::cuda::ChunkedRounding::single);
     e.make = [single] { return std::make_unique<gdn::cuda::ChunkedPrefillKernel>(single); };
     e.gpu = true;
+    e.check_reproducibility = true;
     registry.add(std::move(e));
   }
 #endif
@@ -96,6 +100,24 @@ oracle::Registry build() {
 oracle::Registry& default_registry() {
   static oracle::Registry registry = build();
   return registry;
+}
+
+void plant_kernel_fault(const std::string& name) {
+#if GDN_HAVE_CUDA_IMPLEMENTATIONS
+  gdn::cuda::plant_fault(name);
+#else
+  throw std::invalid_argument("--plant-fault " + name + ": this binary was built without the CUDA kernels");
+#endif
+}
+
+std::string planted_kernel_faults() {
+  std::string out;
+#if GDN_HAVE_CUDA_IMPLEMENTATIONS
+  if (!gdn::cuda::kernel_faults_built()) return out;
+  for (const gdn::cuda::PlantedFaultInfo& f : gdn::cuda::planted_fault_list())
+    out += std::string(f.name) + "\t" + f.kind + "\t" + f.kernels + "\t" + f.description + "\n";
+#endif
+  return out;
 }
 
 }  // namespace gdn::cli

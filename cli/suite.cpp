@@ -4,6 +4,7 @@
 
 #include "fuzz/sample.hpp"
 #include "oracle/implementations.hpp"
+#include "oracle/reproducibility.hpp"
 
 #if GDN_HAVE_GOLDEN
 #include "reference/golden.hpp"
@@ -225,6 +226,27 @@ std::vector<GeneratedCase> conformance_cases() {
   std::uint64_t seed = 1000;
   for (const Spec& s : specs) cases.push_back(make(s, seed++));
   return cases;
+}
+
+std::vector<oracle::Verdict> conformance_verdicts(const std::vector<const oracle::RegistryEntry*>& entries,
+                                                  const std::optional<oracle::BudgetOptions>& budget) {
+  std::vector<oracle::Verdict> verdicts;
+  std::vector<std::unique_ptr<Implementation>> impls;
+  for (const oracle::RegistryEntry* e : entries) impls.push_back(e->make());
+  for (const GeneratedCase& c : conformance_cases()) {
+    // The long double recurrence is the oracle here: the double references are under test too.
+    oracle::CaseContext context(c.name, c.problem, c.inputs, oracle::CaseContext::Oracle::f80);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      Outputs<double> actual;
+      oracle::Verdict v = oracle::evaluate(*impls[i], context, budget ? *budget : entries[i]->default_budget, &actual);
+      // Kernels: once more on the same inputs and once on the reversed pack, bit for bit, so
+      // that a race shows in CI even when its values stay within the budget.
+      if (entries[i]->check_reproducibility)
+        oracle::add_reproducibility_checks(v, *impls[i], c.problem, c.inputs, actual);
+      verdicts.push_back(std::move(v));
+    }
+  }
+  return verdicts;
 }
 
 std::vector<oracle::Verdict> golden_verdicts(bool* available, std::string* why) {

@@ -7,6 +7,7 @@
 // C = 64 and 37), and the golden vectors of public implementations, built into the binary.
 // Each feature a registered implementation supports is in at least two cases of different
 // shapes (cli/suite_test.cpp checks it against the registry).
+#include <optional>
 #include <vector>
 
 #include "cli/campaign.hpp"
@@ -14,6 +15,14 @@
 namespace gdn::cli {
 
 std::vector<GeneratedCase> conformance_cases();
+
+// What `gdn-testbed conformance` judges, without the golden vectors: every implementation of
+// `entries` on every built-in case (case-major), against the long double oracle, under `budget`
+// or else the entry's default; kernels (RegistryEntry::check_reproducibility) with their
+// reproducibility checks (oracle/reproducibility.hpp): a second run and the reversed pack must
+// repeat the bits.
+std::vector<oracle::Verdict> conformance_verdicts(const std::vector<const oracle::RegistryEntry*>& entries,
+                                                  const std::optional<oracle::BudgetOptions>& budget);
 
 // The golden-vector verdicts of the double references (empty when the golden loader is not
 // built in). Each golden case gives one verdict per reference, with the golden tolerance as

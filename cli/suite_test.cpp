@@ -213,12 +213,8 @@ namespace {
 std::map<std::string, oracle::Verdict> conformance_verdicts(const std::string& name, const oracle::BudgetOptions& budget) {
   const oracle::RegistryEntry* entry = default_registry().find(name);
   REQUIRE(entry != nullptr);
-  auto impl = entry->make();
   std::map<std::string, oracle::Verdict> out;
-  for (const GeneratedCase& c : cases()) {
-    oracle::CaseContext context(c.name, c.problem, c.inputs, oracle::CaseContext::Oracle::f80);
-    out[c.name] = oracle::evaluate(*impl, context, budget);
-  }
+  for (oracle::Verdict& v : cli::conformance_verdicts({entry}, budget)) out[v.case_name] = std::move(v);
   return out;
 }
 
@@ -285,4 +281,33 @@ TEST_CASE("an fp32 accuracy loss fails conformance under the fp32 subject's cali
     CHECK(fixed.at(name).status == oracle::Status::pass);
     CHECK(calibrated.at(name).status == oracle::Status::fail);
   }
+}
+
+TEST_CASE("conformance reruns kernels: a run-to-run bit difference fails, the references pass", "[cli][conformance][fault]") {
+  // fault.run_to_run_bits flips one bit of o every second run: within every budget, so only
+  // the rerun sees it. It poses as a kernel (check_reproducibility).
+  const auto flips = conformance_verdicts("fault.run_to_run_bits", oracle::BudgetOptions{});
+  int failed = 0;
+  for (const auto& [name, v] : flips) {
+    if (v.status != oracle::Status::fail) continue;
+    ++failed;
+    bool repeat_failed = false;
+    for (const oracle::Check& c : v.checks) repeat_failed = repeat_failed || (c.metric == "repeat_bits" && !c.pass);
+    INFO(name << ": " << v.summary());
+    CHECK(repeat_failed);
+    CHECK(v.message.find("compute-sanitizer") != std::string::npos);
+  }
+  CHECK(failed >= 10);
+  // An implementation that fails only some runs fails conformance too.
+  CHECK(count(conformance_verdicts("fault.intermittent", oracle::BudgetOptions{}), oracle::Status::fail) >= 10);
+  // The same checks on a deterministic, batch-invariant implementation all pass.
+  oracle::RegistryEntry steady = *default_registry().find("reference.sequential.f64");
+  steady.check_reproducibility = true;
+  int with_checks = 0;
+  for (const oracle::Verdict& v : cli::conformance_verdicts({&steady}, std::nullopt)) {
+    INFO(v.case_name << ": " << v.summary());
+    CHECK(v.status == oracle::Status::pass);
+    for (const oracle::Check& c : v.checks) with_checks += c.metric == "repack_bits" ? 1 : 0;
+  }
+  CHECK(with_checks >= 20);
 }

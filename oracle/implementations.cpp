@@ -1,6 +1,7 @@
 #include "oracle/implementations.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "oracle/registry.hpp"
@@ -165,12 +166,25 @@ class FaultyReference final : public Implementation {
         if (problem.has_hT) reference::store_state(problem, S, row, j, out.hT.data());
       }
     }
+    const bool odd_run = runs_++ % 2 == 1;
+    if (fault_ == Fault::run_to_run_bits && odd_run && out.o.numel() > 0) {
+      double& last = out.o.data()[out.o.numel() - 1];
+      std::uint64_t bits;
+      std::memcpy(&bits, &last, sizeof bits);
+      bits ^= 1u;
+      std::memcpy(&last, &bits, sizeof bits);
+    }
+    if (fault_ == Fault::intermittent && odd_run && problem.T > 0) {
+      const std::int64_t row = std::int64_t(HV) * V;
+      for (std::int64_t i = (problem.T - 1) * row; i < problem.T * row; ++i) out.o.data()[i] = -out.o.data()[i];
+    }
     return out;
   }
 
  private:
   static constexpr int kChunk = 64;
   Fault fault_;
+  std::uint64_t runs_ = 0;
 };
 
 }  // namespace
@@ -188,6 +202,8 @@ const char* fault_name(Fault fault) {
     case Fault::l2norm_eps_outside_sqrt: return "l2norm_eps_outside_sqrt";
     case Fault::states_before_write: return "states_before_write";
     case Fault::state_loses_bits: return "state_loses_bits";
+    case Fault::run_to_run_bits: return "run_to_run_bits";
+    case Fault::intermittent: return "intermittent";
   }
   return "?";
 }
@@ -308,12 +324,15 @@ void register_references(Registry& registry) {
   }
 
   for (Fault fault : {Fault::cu_seqlens_off_by_one, Fault::dropped_decay, Fault::lost_state_carry,
-                      Fault::l2norm_eps_outside_sqrt, Fault::states_before_write, Fault::state_loses_bits}) {
+                      Fault::l2norm_eps_outside_sqrt, Fault::states_before_write, Fault::state_loses_bits,
+                      Fault::run_to_run_bits, Fault::intermittent}) {
     RegistryEntry e;
     e.name = std::string("fault.") + fault_name(fault);
     e.description = "planted fault (fuzzer self-test): a copy of the sequential reference with a bug";
     e.make = [fault] { return make_faulty_reference(fault); };
     e.in_conformance = false;
+    // Posing as kernels: conformance reruns them, as it reruns the GPU kernels.
+    e.check_reproducibility = fault == Fault::run_to_run_bits || fault == Fault::intermittent;
     registry.add(std::move(e));
   }
 }

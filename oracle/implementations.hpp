@@ -29,13 +29,20 @@ std::unique_ptr<Implementation> make_reference(Formulation formulation, Referenc
 //   states_before_write    the per-token state of token t is stored before its rank-one write
 //   state_loses_bits       the state keeps 11 significant bits after every token: an fp32 path
 //                          whose error grew about 8000-fold, within every fixed threshold
+// and one that no budget sees, only a bitwise comparison of two runs:
+//   run_to_run_bits        every second run flips the last bit of o's last element: a race's
+//                          signature (the values stay within any budget, the bits change)
+// and one that fails only some of the time, as a race that corrupts results does:
+//   intermittent           every second run returns o's last row negated
 enum class Fault {
   cu_seqlens_off_by_one,
   dropped_decay,
   lost_state_carry,
   l2norm_eps_outside_sqrt,
   states_before_write,
-  state_loses_bits
+  state_loses_bits,
+  run_to_run_bits,
+  intermittent
 };
 const char* fault_name(Fault fault);
 std::unique_ptr<Implementation> make_faulty_reference(Fault fault);

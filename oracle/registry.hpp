@@ -26,6 +26,10 @@ struct RegistryEntry {
   bool in_conformance = true;
   // Kernels on a device: reported SKIPPED, never passed, when unavailable.
   bool gpu = false;
+  // Conformance reruns each case, and the reversed pack, and compares the bits
+  // (oracle/reproducibility.hpp): for kernels, whose races and uninitialised reads often stay
+  // within every budget. The references are deterministic by construction and are not rerun.
+  bool check_reproducibility = false;
 };
 
 class Registry {

@@ -1,6 +1,7 @@
 // gdn-testbed conformance: the built-in cases (cli/suite.cpp) and the golden vectors against
 // the selected implementations, judged against the long double recurrence; a verdict table,
-// exit 1 on any FAIL or ERROR.
+// exit 1 on any FAIL or ERROR. Kernels (RegistryEntry::check_reproducibility) run each case
+// twice more, once as given and once with the pack reversed, and must repeat their bits.
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -26,15 +27,7 @@ int conformance(const ConformanceOptions& o, const std::string& command) {
   const auto entries = select(o.impl);
   const auto budget = o.budget.get();
   const auto start = std::chrono::steady_clock::now();
-  std::vector<oracle::Verdict> verdicts;
-  std::vector<std::unique_ptr<Implementation>> impls;
-  for (const auto* e : entries) impls.push_back(e->make());
-  for (const GeneratedCase& c : conformance_cases()) {
-    // The long double recurrence is the oracle here: the double references are under test too.
-    oracle::CaseContext context(c.name, c.problem, c.inputs, oracle::CaseContext::Oracle::f80);
-    for (std::size_t i = 0; i < entries.size(); ++i)
-      verdicts.push_back(oracle::evaluate(*impls[i], context, budget ? *budget : entries[i]->default_budget));
-  }
+  std::vector<oracle::Verdict> verdicts = conformance_verdicts(entries, budget);
   std::string golden_note;
   if (!o.no_golden) {
     bool available = false;

@@ -212,8 +212,11 @@ int fuzz_command(const FuzzCommandOptions& o, const std::string& command, const 
               << " skipped; worst margin " << t.worst_margin << "\n";
   for (const FuzzFailure& f : result.failures) {
     if (!f.saved) continue;
-    std::cout << "FAILURE " << f.verdict.summary() << "\n  shrunk: " << f.shrunk_problem << "\n  replay: " << f.replay
-              << "\n";
+    if (f.nondeterministic)
+      std::cout << "FAILURE " << f.verdict.summary() << "\n  " << f.note << "\n  replay: " << f.replay << "\n";
+    else
+      std::cout << "FAILURE " << f.verdict.summary() << "\n  shrunk: " << f.shrunk_problem << "\n  replay: " << f.replay
+                << "\n";
   }
   std::cout << "results: " << json_path << "\n";
   return result.failures_total > 0 ? 1 : 0;

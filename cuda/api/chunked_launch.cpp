@@ -10,6 +10,7 @@
 #include "cuda/chunked/chunked_params.hpp"
 #include "cuda/api/check.hpp"
 #include "cuda/api/chunked_prefill.hpp"
+#include "cuda/faults/planted_faults.hpp"
 
 namespace gdn::cuda {
 
@@ -459,6 +460,9 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   const int key_pad = p.K <= 64 ? 64 : 128;
 
   ChunkedParams r{};
+#if GDN_KERNEL_FAULTS
+  r.planted_fault = static_cast<int>(planted_fault());
+#endif
   r.q = t.q;
   r.k = t.k;
   r.v = t.v;

@@ -7,6 +7,7 @@
 
 #include "cuda/api/api.hpp"
 #include "cuda/api/check.hpp"
+#include "cuda/faults/planted_faults.hpp"
 #include "cuda/recurrent/recurrent_params.hpp"
 
 namespace gdn::cuda {
@@ -293,6 +294,9 @@ void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const
   r.items = std::int64_t(p.N()) * p.HV * r.num_tiles;
   r.narrow = narrow_tile_applies(p, options, column_lanes, rows_per_lane, decode) ? 1 : 0;
   r.token_kernel = token_kernel_applies(p, options, column_lanes, rows_per_lane, decode) ? 1 : 0;
+#if GDN_KERNEL_FAULTS
+  r.planted_fault = static_cast<int>(planted_fault());
+#endif
   // The general kernel numbers its warps in 32 bits (recurrent_kernel.cuh); the narrow tile has twice the warps.
   const std::int64_t warps = r.narrow ? 2 * r.items : r.items;
   if (warps > std::int64_t(0x7fffffff))

@@ -84,6 +84,9 @@ struct ChunkedParams {
   CUtensorMap tmap_q;
   CUtensorMap tmap_k;
   CUtensorMap tmap_v;
+#if GDN_KERNEL_FAULTS
+  int planted_fault;  // cuda/faults/planted_faults.hpp (fault-campaign builds only)
+#endif
 };
 
 constexpr int kChunkedThreads = 256;

@@ -85,6 +85,9 @@ struct RecurrentParams {
   std::int64_t items;  // N * HV * num_tiles warps
   FastDivisor hv_divisor;     // HV (decode_token_kernel)
   int token_kernel;           // 1: one-token decode launches may run decode_token_kernel
+#if GDN_KERNEL_FAULTS
+  int planted_fault;          // cuda/faults/planted_faults.hpp (fault-campaign builds only)
+#endif
 };
 
 constexpr int kWarpsPerBlock = 4;

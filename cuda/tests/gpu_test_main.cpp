@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/api/api.hpp"
+#include "cuda/faults/planted_faults.hpp"
 #include "cuda/tests/testbed.hpp"
 
 namespace {
@@ -89,7 +90,15 @@ int main(int argc, char** argv) {
               Opt(options.seed, "S")["--seed"]("base seed of every property's cases (default 20261202)") |
               Opt(options.json, "FILE")["--json"]("write the conformance tally (per kernel and property) there") |
               Opt(options.commit, "TEXT")["--commit"]("what was built (recorded in the JSON)") |
-              Opt(options.command, "TEXT")["--command"]("how the suite was run (recorded in the JSON)"));
+              Opt(options.command, "TEXT")["--command"]("how the suite was run (recorded in the JSON)") |
+              Opt([&](std::string name) {
+                try {
+                  gdn::cuda::plant_fault(name);
+                } catch (const std::exception& e) {
+                  return Catch::clara::ParserResult::runtimeError(e.what());
+                }
+                return Catch::clara::ParserResult::ok(Catch::clara::ParseResultType::Matched);
+              }, "NAME")["--plant-fault"]("fault-campaign builds only: switch that kernel fault on (cuda/faults/planted_faults.hpp)"));
   const int parsed = session.applyCommandLine(argc, argv);
   if (parsed != 0) return parsed;
   std::string why;

@@ -24,6 +24,7 @@
 #include "cuda/tests/chunked_testbed.hpp"
 #include "fuzz/generators.hpp"
 #include "oracle/budget.hpp"
+#include "oracle/reproducibility.hpp"
 
 namespace gdn::cuda::testbed {
 
@@ -206,30 +207,18 @@ struct KernelTraits<ChunkedSingleKernel> {
 
 // ----- helpers of the properties --------------------------------------------------------------
 
-bool bits_equal(const HostTensor<double>& a, const HostTensor<double>& b);
-// o, hT and intermediate states bit for bit (undefined tensors compare equal to undefined ones).
-bool outputs_bits_equal(const Outputs<double>& a, const Outputs<double>& b);
-
-// The problem restricted to (and reordered as) the given sequences, with the inputs sliced to
-// match; state-cache slots keep their numbers, dense states move with their sequence.
-void select_sequences(const Problem& problem, const Inputs& inputs, const std::vector<int>& order,
-                      Problem* out_problem, Inputs* out_inputs);
-
-// Bitwise comparison of sequence `n` of (p, out) with sequence `m` of (q, other): o rows,
-// intermediate rows and its final state (dense row or cache slot). Empty when equal, else a
-// description of the first difference.
-std::string compare_sequence_bits(const Problem& p, const Inputs& in, const Outputs<double>& out, int n,
-                                  const Problem& q, const Inputs& qin, const Outputs<double>& other, int m);
+// The bitwise helpers are the oracle's (oracle/reproducibility.hpp), which conformance uses too.
+using oracle::bits_equal;
+using oracle::check_exact_rules;
+using oracle::compare_sequence_bits;
+using oracle::outputs_bits_equal;
+using oracle::select_sequences;
 
 // Batch invariance of a run that gave `packed`: the pack reversed (every sequence moves) and
 // one sequence alone (drawn from rng; *alone receives it) must give each sequence's bits.
 // "" when they do, else the first difference.
 std::string pack_diff(Implementation& kernel, const Problem& p, const Inputs& inputs, const Outputs<double>& packed,
                       std::mt19937_64& rng, int* alone);
-
-// Exact checks beyond the tolerance: padding sequences output exactly zero (o and intermediate)
-// and cache slots no sequence names come back bit for bit as they went in.
-std::string check_exact_rules(const Problem& problem, const Inputs& inputs, const Outputs<double>& out);
 
 // Device copies of a tensor in a dtype through the one codec (core/dtype_codec.hpp), and back.
 DeviceBuffer<std::uint8_t> to_device(const HostTensor<double>& tensor, DType dtype);

@@ -113,6 +113,7 @@ class Results:
     fuzz: list = field(default_factory=list)     # fuzz tallies: dicts, one per file and implementation
     fuzz_failures: list = field(default_factory=list)
     sanitize: list = field(default_factory=list)   # dicts: source, tool, and the tool's entry
+    faults: list = field(default_factory=list)     # fault-campaign results (gdn-faults/1), with "source"
     manifests: dict = field(default_factory=dict)  # device kind -> manifest object
     errors: list = field(default_factory=list)     # dicts: source, case, problem, implementation, rel_rms_o, rel_rms_hT
     ignored: list = field(default_factory=list)  # (path, why)
@@ -485,6 +486,26 @@ def _is_verdict(record) -> bool:
     return isinstance(record, dict) and "status" in record and "implementation" in record
 
 
+def _load_faults(data: dict, source: str, results: Results) -> int:
+    """A fault campaign (scripts/fault_campaign.sh): per planted fault and detector, caught,
+    missed or error, with a detail line."""
+    detectors = data.get("detectors")
+    faults = data.get("faults")
+    if not isinstance(detectors, list) or not all(isinstance(d, str) for d in detectors):
+        raise InputError(f"{source}: 'detectors' must be a list of names")
+    if not isinstance(faults, list):
+        raise InputError(f"{source}: 'faults' must be a list")
+    for i, row in enumerate(faults):
+        if not isinstance(row, dict) or not isinstance(row.get("fault"), str) or not isinstance(row.get("detectors"), dict):
+            raise InputError(f"{source}: faults[{i}] needs 'fault' (text) and 'detectors' (an object)")
+        for d in detectors:
+            r = row["detectors"].get(d)
+            if not isinstance(r, dict) or r.get("result") not in ("caught", "missed", "error"):
+                raise InputError(f"{source}: faults[{i}] ({row['fault']}): detector '{d}' needs result caught, missed or error")
+    results.faults.append(dict(data, source=source))
+    return len(faults)
+
+
 def load_results(root: Path) -> Results:
     results = Results()
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl"))
@@ -503,6 +524,9 @@ def load_results(root: Path) -> Results:
         elif fmt.startswith("gdn-sanitize/"):
             count = _load_sanitize(data, source, results)
             results.provenance.append(Provenance(source, "sanitizers", records=count, **_provenance_fields(data)))
+        elif fmt.startswith("gdn-faults/"):
+            count = _load_faults(data, source, results)
+            results.provenance.append(Provenance(source, "fault campaign", records=count, **_provenance_fields(data)))
         elif fmt.startswith("gdn-manifest/"):
             results.manifests[device_kind(source)] = dict(data, source=source)
             results.provenance.append(Provenance(source, "manifest", records=1, **_provenance_fields(data)))
