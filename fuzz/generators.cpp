@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -127,8 +128,6 @@ rc::Gen<std::int64_t> gen_sequence_length(int chunk_size, std::int64_t limit, in
   });
 }
 
-namespace {
-
 void check_space(const CaseSpace& space) {
   if (space.max_K < 1 || space.max_V < 1 || space.max_H < 1 || space.max_group < 1 ||
       space.max_sequences < 1 || space.chunk_size < 1 || space.max_tokens < 0)
@@ -146,9 +145,33 @@ void check_space(const CaseSpace& space) {
   if (space.equal_lengths && space.max_length == 0)
     throw std::invalid_argument("CaseSpace: equal_lengths needs max_length");
   if (space.max_extra_slots < 0) throw std::invalid_argument("CaseSpace: max_extra_slots must be >= 0");
-  if (space.gva.mode == Feature::always && space.max_group < 2)
+  if (space.gva.mode == Feature::always && space.max_group < 2 && space.group_values.empty())
     throw std::invalid_argument("CaseSpace: gva always needs max_group >= 2");
+  // The pinned sets: every value a Problem accepts (core/problem.cpp's bounds).
+  auto check_ints = [](const char* name, const std::vector<int>& values, int low, int high) {
+    for (int x : values)
+      if (x < low || x > high)
+        throw std::invalid_argument(std::string("CaseSpace: every ") + name + " must be in [" + std::to_string(low) +
+                                    ", " + std::to_string(high) + "], got " + std::to_string(x));
+  };
+  check_ints("K_values", space.K_values, 1, 4096);
+  check_ints("V_values", space.V_values, 1, 4096);
+  check_ints("H_values", space.H_values, 1, 4096);
+  check_ints("group_values", space.group_values, 1, 4096);
+  for (int h : space.H_values)
+    for (int g : space.group_values)
+      if (std::int64_t(h) * g > 4096)
+        throw std::invalid_argument("CaseSpace: H_values x group_values gives HV = " + std::to_string(h * g) +
+                                    " > 4096");
+  if (space.min_sequences < 1 || space.min_sequences > space.max_sequences)
+    throw std::invalid_argument("CaseSpace: min_sequences must be in [1, max_sequences]");
+  for (std::int64_t l : space.length_values)
+    if (l < 0) throw std::invalid_argument("CaseSpace: every length_values must be >= 0, got " + std::to_string(l));
+  for (double x : space.scale_values)
+    if (!std::isfinite(x)) throw std::invalid_argument("CaseSpace: every scale_values must be finite");
 }
+
+namespace {
 
 rc::Gen<bool> maybe(Feature feature, std::size_t weight_on = 1, std::size_t weight_off = 1) {
   if (feature.mode == Feature::off) return rc::gen::just(false);
@@ -196,15 +219,26 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     const bool shape_first = *gen::arbitrary<bool>();
     int H = 1, group = 1, K = 1, V = 1;
     std::vector<std::int64_t> lengths;
-    const int N = *gen::inRange(1, space.max_sequences + 1);
+    const int N = *gen::inRange(space.min_sequences, space.max_sequences + 1);
     auto draw_heads = [&]() {
-      H = *gen::inRange(1, space.max_H + 1);
-      group = *gen_group(space);
+      H = space.H_values.empty() ? *gen::inRange(1, space.max_H + 1) : *gen::elementOf(space.H_values);
+      group = space.group_values.empty() ? *gen_group(space) : *gen::elementOf(space.group_values);
     };
     const std::int64_t length_cap = space.max_length > 0 ? space.max_length : space.max_tokens;
     auto draw_lengths = [&](std::int64_t token_budget) {
       lengths.clear();
       std::int64_t left = std::min(token_budget, space.max_tokens);
+      if (!space.length_values.empty()) {
+        // Pinned lengths: the work budget does not cut them, max_tokens does.
+        left = space.max_tokens;
+        const std::int64_t shared = space.equal_lengths ? *gen::elementOf(space.length_values) : 0;
+        for (int n = 0; n < N; ++n) {
+          const std::int64_t length = space.equal_lengths ? shared : *gen::elementOf(space.length_values);
+          lengths.push_back(std::min(length, std::max<std::int64_t>(left, 0)));
+          left -= lengths.back();
+        }
+        return;
+      }
       if (space.equal_lengths) {
         // One length for the batch: min_length half the time, else any up to max_length; cut
         // to the budget, never below min_length.
@@ -225,22 +259,43 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     auto tokens_for = [&](double per_token) {
       return std::max<std::int64_t>(3, static_cast<std::int64_t>(std::min(budget / per_token, 1e15)));
     };
+    // A pinned head size: any value of the set, or (fitting a budget) one of those <= fit.
+    auto pinned = [](const std::vector<int>& values, std::optional<double> fit) {
+      if (!fit) return *gen::elementOf(values);
+      std::vector<int> fitting;
+      for (int x : values)
+        if (x <= *fit) fitting.push_back(x);
+      if (fitting.empty()) return *std::min_element(values.begin(), values.end());
+      return *gen::elementOf(fitting);
+    };
+    auto least = [](const std::vector<int>& values, int otherwise) {
+      return values.empty() ? otherwise : *std::min_element(values.begin(), values.end());
+    };
     if (shape_first) {
-      K = round_up_to(*gen_head_size(space.max_K), space.K_multiple, space.max_K);
-      V = round_up_to(*gen_head_size(space.max_V), space.V_multiple, space.max_V);
+      K = space.K_values.empty() ? round_up_to(*gen_head_size(space.max_K), space.K_multiple, space.max_K)
+                                 : pinned(space.K_values, std::nullopt);
+      V = space.V_values.empty() ? round_up_to(*gen_head_size(space.max_V), space.V_multiple, space.max_V)
+                                 : pinned(space.V_values, std::nullopt);
       draw_heads();
       draw_lengths(tokens_for(double(H) * group * K * V));
     } else {
       // The lengths fit the budget at the least head sizes; the head sizes fit what is left.
       draw_heads();
-      draw_lengths(tokens_for(double(H) * group * space.K_multiple * space.V_multiple));
+      draw_lengths(tokens_for(double(H) * group * least(space.K_values, space.K_multiple) *
+                              least(space.V_values, space.V_multiple)));
       std::int64_t T = 0;
       for (std::int64_t l : lengths) T += l;
       const double kv = budget / (double(std::max<std::int64_t>(T, 1)) * H * group);
-      K = round_down_to(*gen_head_size(std::clamp(static_cast<int>(std::sqrt(kv)), 1, space.max_K)), space.K_multiple,
-                        space.max_K);
-      V = round_down_to(*gen_head_size(std::clamp(static_cast<int>(kv / K), 1, space.max_V)), space.V_multiple,
-                        space.max_V);
+      if (space.K_values.empty())
+        K = round_down_to(*gen_head_size(std::clamp(static_cast<int>(std::sqrt(kv)), 1, space.max_K)),
+                          space.K_multiple, space.max_K);
+      else
+        K = pinned(space.K_values, std::sqrt(kv));
+      if (space.V_values.empty())
+        V = round_down_to(*gen_head_size(std::clamp(static_cast<int>(kv / K), 1, space.max_V)), space.V_multiple,
+                          space.max_V);
+      else
+        V = pinned(space.V_values, kv / K);
     }
 
     Case c;
@@ -255,7 +310,9 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
       // own slot in random order and turns padding_fraction of them into -1 rows.
       p.state_slots = N + *gen::inRange(0, space.max_extra_slots + 1);
       if (!p.has_h0 && !p.has_hT) p.has_hT = true;
-      c.options.padding_fraction = *gen::element(0.0, 0.25, 0.5);
+      c.options.padding_fraction = space.padding.mode == Feature::sometimes ? *gen::element(0.0, 0.25, 0.5)
+                                   : space.padding.mode == Feature::always  ? *gen::element(0.25, 0.5)
+                                                                            : 0.0;
     }
     p.store_intermediate_states = *maybe(space.intermediate_states, 1, 4);
     p.input_dtype = *gen::elementOf(space.input_dtypes);
@@ -265,7 +322,8 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     const bool negative = *maybe(space.negative_eigenvalues, 1, 2);
     if (p.gate_mode == GateMode::fused) p.allow_negative_eigenvalues = negative;
     if (*maybe(space.explicit_scale, 1, 3)) {
-      p.scale = space.continuous_scale
+      p.scale = !space.scale_values.empty() ? *gen::elementOf(space.scale_values)
+                : space.continuous_scale
                     ? *gen::weightedOneOf<double>(
                           {{3, gen::element(1.0, 0.5, 0.125)},
                            {1, gen::map(gen::inRange(50, 1001), [](int m) { return m / 1000.0; })}})

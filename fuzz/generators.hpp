@@ -113,6 +113,27 @@ struct CaseSpace {
   std::vector<GateRegime> regimes{GateRegime::no_decay, GateRegime::mild, GateRegime::strong,
                                   GateRegime::underflow};
 
+  // Pinned axes: a kernel's support matrix stated as sets (K = V = 128 only, H in {2, 4}, ...).
+  // Each set, when not empty, replaces the draw of its axis by a uniform choice from the set;
+  // empty (the default) leaves the draw above unchanged, bit for bit.
+  // K_values (V_values) replaces max_K and K_multiple (max_V, V_multiple): when the lengths are
+  // drawn first, only the values that fit the case's work budget are chosen from (the smallest
+  // value when none fits).
+  std::vector<int> K_values, V_values;
+  std::vector<int> H_values;      // replaces max_H
+  std::vector<int> group_values;  // HV / H; replaces max_group and gva
+  int min_sequences = 1;          // N in [min_sequences, max_sequences]
+  // Every sequence length drawn from this set (with equal_lengths, one draw for the batch);
+  // replaces the chunk-boundary lengths, min_length, max_length and the work budget's cut
+  // (max_tokens still caps T: lengths beyond what is left become what is left).
+  std::vector<std::int64_t> length_values;
+  // The explicit scales to draw from when explicit_scale draws one; replaces 1, 1/2, 1/8 and
+  // continuous_scale.
+  std::vector<double> scale_values;
+  // Padding sequences (state_indices -1) in a state cache: sometimes draws a padding fraction
+  // of 0, 1/4 or 1/2, always 1/4 or 1/2, off 0.
+  Feature padding = true;
+
   // Presets.
   static CaseSpace everything() { return {}; }
   // What reference::chunked supports (everything but per-token intermediate states).
@@ -130,8 +151,12 @@ struct CaseSpace {
   static CaseSpace chunked_prefill();
 };
 
+// Throws std::invalid_argument naming the field when the space is empty or inconsistent (no
+// dtype, no regime, maxima below 1, a pinned value out of range).
+void check_space(const CaseSpace& space);
+
 // Generates cases from the space. Throws std::invalid_argument for an empty space (no dtype,
-// no regime, maxima below 1).
+// no regime, maxima below 1): check_space.
 rc::Gen<Case> gen_case(const CaseSpace& space);
 
 // A dimension (K or V) in [1, limit] with the weighting described at CaseSpace.

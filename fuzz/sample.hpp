@@ -15,6 +15,19 @@ namespace gdn::fuzz {
 nlohmann::json to_json(const InputOptions& options);
 InputOptions input_options_from_json(const nlohmann::json& json);
 
+// A CaseSpace as JSON (format gdn-case-space/1): the Python package's CaseSpace and the CLI's
+// `--space FILE` (fuzz, generate) read and write this one form. to_json writes every field;
+// case_space_from_json starts from the preset the optional "preset" key names (everything,
+// chunked, recurrent_prefill, decode, chunked_prefill; default everything; chunked at the file's
+// chunk_size) and sets the fields the object gives. Strict: an unknown key, a value of the
+// wrong type or out of range, or an unknown dtype, regime or feature mode throws
+// std::invalid_argument naming the key; the result passes check_space. Features are "off",
+// "sometimes" or "always" (true and false read as sometimes and off).
+constexpr const char* kCaseSpaceFormat = "gdn-case-space/1";
+nlohmann::json to_json(const CaseSpace& space);
+CaseSpace case_space_from_json(const nlohmann::json& json);
+const char* feature_mode_name(Feature feature);
+
 // The case of `seed` in `space`. The RapidCheck size of the draw (0..100) is taken from the
 // seed too: most cases are moderate, and the size ramp that rc::check performs is spread over
 // the seeds.

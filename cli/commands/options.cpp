@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "cli/output.hpp"
+#include "fuzz/sample.hpp"
 #include "cli/registry_all.hpp"
 
 namespace gdn::cli {
@@ -124,32 +125,64 @@ void add_budget(CLI::App& app, BudgetChoice* budget, const std::string& when_abs
 }
 
 fuzz::CaseSpace SpaceOptions::space() const {
+  auto given = [](const CLI::Option* option) { return option != nullptr && option->count() > 0; };
+  const bool from_file = given(file_option);
   fuzz::CaseSpace s = fuzz::CaseSpace::chunked(64);
-  s.max_K = static_cast<int>(max_K);
-  s.max_V = static_cast<int>(max_V);
-  s.K_multiple = static_cast<int>(K_multiple);
+  if (from_file) {
+    nlohmann::json j;
+    try {
+      const std::vector<std::uint8_t> bytes = oracle::read_file_bytes(file, std::uint64_t(1) << 24);
+      j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    } catch (const std::exception& e) {
+      throw UsageError("--space: cannot read " + file + ": " + e.what());
+    }
+    try {
+      s = fuzz::case_space_from_json(j);
+    } catch (const std::exception& e) {
+      throw UsageError("--space " + file + ": " + e.what());
+    }
+  }
+  // Without a file every flag applies (its default too); with one, only those given.
+  if (!from_file || given(max_K_option)) s.max_K = static_cast<int>(max_K);
+  if (!from_file || given(max_V_option)) s.max_V = static_cast<int>(max_V);
+  if (!from_file || given(K_multiple_option)) s.K_multiple = static_cast<int>(K_multiple);
   if (s.K_multiple > s.max_K) throw UsageError("--K-multiple must be at most --max-K");
-  s.max_tokens = max_tokens;
-  s.max_sequences = static_cast<int>(max_sequences);
-  s.max_work = max_work;
-  s.intermediate_states = intermediate;
+  if (!from_file || given(max_tokens_option)) s.max_tokens = max_tokens;
+  if (!from_file || given(max_sequences_option)) s.max_sequences = static_cast<int>(max_sequences);
+  if (!from_file || given(max_work_option)) s.max_work = max_work;
+  if (!from_file || given(intermediate_option)) s.intermediate_states = intermediate;
+  if (from_file) {
+    try {
+      fuzz::check_space(s);
+    } catch (const std::exception& e) {
+      throw UsageError("--space " + file + " with the flags given: " + e.what());
+    }
+  }
   return s;
 }
 
 void add_space_options(CLI::App& app, SpaceOptions* space) {
   const std::string group = "Case space (fuzz::gen_case)";
-  add_integer(app, "--max-K", &space->max_K, 1, INT_MAX, "largest key head size K")->group(group);
-  add_integer(app, "--max-V", &space->max_V, 1, INT_MAX, "largest value head size V")->group(group);
-  add_integer(app, "--K-multiple", &space->K_multiple, 1, INT_MAX,
-              "K rounded up to a multiple of M (16 for the chunked prefill); at most --max-K")
-      ->type_name("M")
-      ->group(group);
-  add_integer(app, "--max-tokens", &space->max_tokens, 1, INT_MAX, "most tokens T of a case")->group(group);
-  add_integer(app, "--max-sequences", &space->max_sequences, 1, INT_MAX, "most sequences N of a case")->group(group);
-  add_number(app, "--max-work", &space->max_work, 1, 1e30, "cap on the work T*HV*K*V")->group(group);
-  app.add_flag("--intermediate", space->intermediate, "draw per-token intermediate states too (not for chunked "
-                                                        "implementations)")
-      ->group(group);
+  space->file_option =
+      app.add_option("--space", space->file,
+                     "the case space as JSON (gdn-case-space/1, docs/python.md); the flags below override its fields")
+          ->type_name("FILE")
+          ->group(group);
+  space->max_K_option = add_integer(app, "--max-K", &space->max_K, 1, INT_MAX, "largest key head size K")->group(group);
+  space->max_V_option = add_integer(app, "--max-V", &space->max_V, 1, INT_MAX, "largest value head size V")->group(group);
+  space->K_multiple_option = add_integer(app, "--K-multiple", &space->K_multiple, 1, INT_MAX,
+                                         "K rounded up to a multiple of M (16 for the chunked prefill); at most --max-K")
+                                 ->type_name("M")
+                                 ->group(group);
+  space->max_tokens_option =
+      add_integer(app, "--max-tokens", &space->max_tokens, 1, INT_MAX, "most tokens T of a case")->group(group);
+  space->max_sequences_option =
+      add_integer(app, "--max-sequences", &space->max_sequences, 1, INT_MAX, "most sequences N of a case")->group(group);
+  space->max_work_option =
+      add_number(app, "--max-work", &space->max_work, 1, 1e30, "cap on the work T*HV*K*V")->group(group);
+  space->intermediate_option = app.add_flag("--intermediate", space->intermediate,
+                                            "draw per-token intermediate states too (not for chunked implementations)")
+                                   ->group(group);
 }
 
 void add_case_limits(CLI::App& app, oracle::CaseLimits* limits) {

@@ -1,0 +1,43 @@
+"""Case files (oracle/case_file.hpp, docs/case_files.md): one problem, its inputs, optionally an
+implementation's outputs, and metadata, in a safetensors container, read and written by the C++
+code (the same checks as gdn-testbed's)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import _core
+from .arrays import as_numpy_inputs, as_numpy_outputs
+
+
+@dataclass
+class CaseFile:
+    problem: "_core.Problem"
+    inputs: dict
+    outputs: Optional[dict] = None
+    metadata: dict = field(default_factory=dict)
+    # How the file says it is judged: formulation, chunk_size, budget (None: the default).
+    settings: dict = field(default_factory=dict)
+
+
+def read_case_file(path, max_bytes: int = 0, max_work: int = 0) -> CaseFile:
+    """Reads and checks a case file (ValueError naming the file and the rule). max_bytes and
+    max_work raise the size limits (0: the defaults, docs/case_files.md)."""
+    d = _core.read_case_file(os.fspath(path), int(max_bytes), int(max_work))
+    return CaseFile(d["problem"], d["inputs"], d["outputs"], dict(d["metadata"]), dict(d["settings"]))
+
+
+def write_case_file(path, problem, inputs: dict, outputs: Optional[dict] = None,
+                    metadata: Optional[dict] = None) -> None:
+    """Writes a case file atomically; inputs must be exactly representable in their dtypes,
+    outputs are stored losslessly. metadata: str -> str (gdn.format and gdn.problem are set)."""
+    _core.write_case_file(os.fspath(path), problem, as_numpy_inputs(inputs),
+                          None if outputs is None else as_numpy_outputs(outputs),
+                          {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+def judge_case_file(path, budget: Optional[str] = None) -> "_core.Verdict":
+    """What `gdn-testbed verify FILE` does for one file: judges the outputs it holds (never
+    raises: an unreadable file is an ERROR verdict)."""
+    return _core.judge_case_file(os.fspath(path), budget or "")
