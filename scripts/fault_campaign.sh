@@ -5,7 +5,7 @@
 # detector that fails it proves nothing when it fails a fault).
 #
 #   bash scripts/fault_campaign.sh --bin FAULT_BUILD.tar.xz [--fuzz-seconds 60] [--suite-cases 100]
-#        [--sanitize-cases 3] [--jobs 8] [--commit SHA] [--out DIR]
+#        [--sanitize-cases 3] [--jobs 8] [--deadline SECONDS] [--commit SHA] [--out DIR]
 #
 # --bin   scripts/pack.sh BUILD OUT --testbed-only of a build configured with
 #         -DGDN_KERNEL_FAULTS=ON -DGDN_BENCHMARKS=OFF
@@ -17,13 +17,16 @@
 #   memcheck, racecheck   compute-sanitizer on the GPU suite's conformance property of the
 #                faulty kernel family at --sanitize-cases cases: caught when the tool reports
 #                errors or hazards (the suite's own failures do not count here)
+# --deadline: no task starts later than this many seconds after the start, and none runs past
+# it (a device call has a limit); a task cut short reports error "did not finish". The table is
+# written in any case.
 # Output in --out (default $OUT): faults-<kind>.json (gdn-faults/1: device, date, commit,
 # command, and per fault and detector caught / missed / error with a detail line) and
 # faults.log; reports/make_reports.py turns the JSON into reports/faults.md.
 set -u -o pipefail
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
-BIN="" FUZZ_SECONDS=60 SUITE_CASES=100 SAN_CASES=3 JOBS=8 COMMIT=unknown OUTDIR=${OUT:-/tmp/out}
+BIN="" FUZZ_SECONDS=60 SUITE_CASES=100 SAN_CASES=3 JOBS=8 DEADLINE=3000 COMMIT=unknown OUTDIR=${OUT:-/tmp/out}
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -31,6 +34,7 @@ while [ $# -gt 0 ]; do
     --suite-cases) SUITE_CASES=$2; shift 2 ;;
     --sanitize-cases) SAN_CASES=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
+    --deadline) DEADLINE=$2; shift 2 ;;
     --commit) COMMIT=$2; shift 2 ;;
     --out) OUTDIR=$2; shift 2 ;;
     -h|--help) usage ;;
@@ -51,6 +55,7 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
 case $GPU in *H200*) KIND=h200 ;; *H100*) KIND=h100 ;; *) KIND=$(echo "$GPU" | tr -cd 'A-Za-z0-9' | tr A-Z a-z) ;; esac
 DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+END_AT=$(( $(date +%s) + DEADLINE ))
 CMDLINE="bash scripts/fault_campaign.sh --fuzz-seconds $FUZZ_SECONDS --suite-cases $SUITE_CASES --sanitize-cases $SAN_CASES"
 WORK=/tmp/gdn_faults
 rm -rf "$WORK" && mkdir -p "$WORK"
@@ -72,20 +77,23 @@ run_task() {
   local family=recurrent
   case $fault in chunked_*) family=chunked ;; none) family=all ;; esac
   local start=$(date +%s.%N)
+  local left=$(( END_AT - $(date +%s) ))
+  [ $left -gt 5 ] || { echo "deadline" > "$dir/$detector.log"; return; }
+  limit() { [ "$1" -lt $left ] && echo "$1" || echo $left; }
   case $detector in
     conformance)
-      ( cd "$dir" && timeout 400 "$CLI" "${plant[@]}" conformance --no-golden --json "$dir/conformance.json" ) \
+      ( cd "$dir" && timeout $(limit 400) "$CLI" "${plant[@]}" conformance --no-golden --json "$dir/conformance.json" ) \
         > "$dir/conformance.log" 2>&1
       echo $? > "$dir/conformance.rc" ;;
     fuzz)
       local space=(--impl 'cuda.recurrent_prefill,cuda.decode' --intermediate --max-K 256 --max-V 256)
       [ $family = chunked ] && space=(--impl 'cuda.chunked*' --max-K 128 --K-multiple 16 --max-V 256)
       [ $family = all ] && space=(--impl 'cuda.*' --max-K 128 --K-multiple 16 --max-V 256)
-      timeout $((FUZZ_SECONDS + 120)) "$CLI" "${plant[@]}" fuzz "${space[@]}" --seed 20261206 --seconds "$FUZZ_SECONDS" \
+      timeout $(limit $((FUZZ_SECONDS + 120))) "$CLI" "${plant[@]}" fuzz "${space[@]}" --seed 20261206 --seconds "$FUZZ_SECONDS" \
         --stop-at-first --max-failures 1 --quiet --out "$dir/fuzz" --json "$dir/fuzz.json" > "$dir/fuzz.log" 2>&1
       echo $? > "$dir/fuzz.rc" ;;
     suite)
-      timeout 500 "$SUITE" "${plant[@]}" --cases "$SUITE_CASES" -r compact > "$dir/suite.log" 2>&1
+      timeout $(limit 500) "$SUITE" "${plant[@]}" --cases "$SUITE_CASES" -r compact > "$dir/suite.log" 2>&1
       echo $? > "$dir/suite.rc" ;;
     memcheck|racecheck)
       local filter="[recurrent][conformance],[decode][conformance]"
@@ -93,14 +101,14 @@ run_task() {
       [ $family = all ] && filter="[conformance]"
       local extra=()
       [ $detector = racecheck ] && extra=(--racecheck-report hazard)
-      timeout 500 "$CS" --tool "$detector" "${extra[@]}" --print-limit 5 "$SUITE" "${plant[@]}" --cases "$SAN_CASES" \
+      timeout $(limit 500) "$CS" --tool "$detector" "${extra[@]}" --print-limit 5 "$SUITE" "${plant[@]}" --cases "$SAN_CASES" \
         -r compact "$filter" > "$dir/$detector.log" 2>&1
       echo $? > "$dir/$detector.rc" ;;
   esac
-  echo "$(date +%s.%N) - $start" | bc > "$dir/$detector.seconds"
+  awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f\n", a - b }' > "$dir/$detector.seconds"
 }
 export -f run_task
-export WORK CLI SUITE CS FUZZ_SECONDS SUITE_CASES SAN_CASES
+export WORK CLI SUITE CS FUZZ_SECONDS SUITE_CASES SAN_CASES END_AT
 
 DETECTORS="fuzz racecheck memcheck suite conformance"  # longest first: they start first
 for d in $DETECTORS; do for f in $FAULTS; do echo "$f $d"; done; done > "$WORK/tasks"
@@ -131,7 +139,9 @@ def judge(fault, det):
     seconds = read(os.path.join(d, det + ".seconds")).strip()
     r = {"rc": rc, "seconds": float(seconds) if seconds else None}
     if rc is None:
-        r.update(result="error", detail="did not run")
+        r.update(result="error", detail="did not run (--deadline)" if "deadline" in logtext else "did not run")
+    elif rc in (124, 137):
+        r.update(result="error", detail=f"did not finish (timeout, exit {rc})")
     elif det == "conformance":
         fails = len(re.findall(r"\bFAIL\b", logtext)); errors = len(re.findall(r"\bERROR\b", logtext))
         if rc == 0:
@@ -163,14 +173,15 @@ def judge(fault, det):
         else:
             r.update(result="error", detail=f"exit {rc}")
     elif det == "suite":
-        m = re.search(r"test cases: *(\d+) \| (\d+) passed \| (\d+) failed", logtext) or re.search(r"test cases: *(\d+)", logtext)
-        failed = [l.split(":")[0] for l in logtext.splitlines() if "FAILED" in l][:1]
-        if rc == 0:
-            r.update(result="missed", detail=(m.group(0) if m else "passed"))
-        elif rc in (1,) or (rc is not None and 0 < rc < 77):
-            r.update(result="caught", detail=(m.group(0) if m else f"exit {rc}"))
+        # Catch exits with the number of failed assertions (capped at 255), 77 when skipped.
+        failed = re.search(r"Failed (\d+) test cases?, failed (\d+) assertions?", logtext)
+        passed = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", logtext)
+        if rc == 0 and passed:
+            r.update(result="missed", detail=passed.group(0))
+        elif rc != 0 and failed:
+            r.update(result="caught", detail=failed.group(0))
         else:
-            r.update(result="error", detail=f"exit {rc}")
+            r.update(result="error", detail=f"exit {rc}, no summary line (a crash?)")
     else:  # memcheck, racecheck
         errors = re.search(r"ERROR SUMMARY: (\d+) error", logtext)
         hazards = re.search(r"RACECHECK SUMMARY: (\d+) hazard", logtext)

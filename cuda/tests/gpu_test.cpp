@@ -588,6 +588,10 @@ struct DecodeDevice {
     indices.upload(in.state_indices);
     o.fill_bytes(0xFF);
     intermediate.fill_bytes(0xFF);
+    // The copies and fills run on the legacy default stream, which a non-blocking stream does
+    // not wait for: without this, a replay could start before them (a race of the test, seen
+    // with the GPU shared by ten processes).
+    check_cuda(cudaDeviceSynchronize(), "upload");
   }
 
   Outputs<double> download() const {

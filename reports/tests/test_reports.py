@@ -418,3 +418,39 @@ def test_collect_sanitize(tmp_path):
     assert tools["racecheck"]["hazards"] == 3 and tools["racecheck"]["errors"] == 1 and not tools["racecheck"]["passed"]
     assert tools["synccheck"]["passed"] and tools["synccheck"]["tests"].startswith("Passed all 4")
     assert tools["initcheck"] == {"run": False}
+
+
+def _fault_run(rows):
+    detectors = ["conformance", "fuzz", "suite", "memcheck", "racecheck"]
+    faults = []
+    for name, results in rows:
+        faults.append({"fault": name, "kind": "boundary", "kernels": "k", "description": name,
+                       "detectors": {d: {"result": r, "detail": f"{d} {r}"} for d, r in zip(detectors, results)}})
+    return {"format": "gdn-faults/1", "device": "NVIDIA H100 80GB HBM3", "date": "2026-12-06", "commit": "abc1234",
+            "command": "bash scripts/fault_campaign.sh", "fuzz_seconds": 60, "detectors": detectors, "faults": faults}
+
+
+def test_fault_campaign_table_and_its_verdict_on_conformance(tmp_path):
+    results = tmp_path / "results" / "h100"
+    results.mkdir(parents=True)
+    ok = ["missed"] * 5
+    run = _fault_run([("none", ok), ("a", ["caught", "caught", "caught", "missed", "missed"]),
+                      ("b", ["missed", "caught", "caught", "missed", "caught"])])
+    (results / "faults-h100.json").write_text(json.dumps(run))
+    done = make_reports(tmp_path / "results", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "out" / "faults.md").read_text()
+    rows = {r["fault"]: r for _, table in all_tables(text) for r in table}
+    assert rows["`a`"]["conformance"] == "caught" and rows["`b`"]["conformance"] == "**missed**", rows
+    assert "Fuzz caught, conformance missed: `b`." in text
+    assert "Control (no fault): every detector passed." in text
+    assert "Caught, of 2 planted faults: conformance 1, fuzz 2, suite 2, memcheck 0, racecheck 1." in text
+    # A dirty control row is said so; a cell outside caught/missed/error is a schema error.
+    run["faults"][0]["detectors"]["suite"]["result"] = "caught"
+    (results / "faults-h100.json").write_text(json.dumps(run))
+    assert make_reports(tmp_path / "results", tmp_path / "out").returncode == 0
+    assert "NOT clean: suite caught" in (tmp_path / "out" / "faults.md").read_text()
+    run["faults"][1]["detectors"]["fuzz"]["result"] = "maybe"
+    (results / "faults-h100.json").write_text(json.dumps(run))
+    broken = make_reports(tmp_path / "results", tmp_path / "out2")
+    assert broken.returncode == 2 and "faults-h100.json" in broken.stderr and "fuzz" in broken.stderr, broken.stderr
