@@ -216,6 +216,7 @@ nlohmann::json number(double x) {
   if (std::isnan(x)) return "nan";
   return x > 0 ? "inf" : "-inf";
 }
+}  // namespace
 
 // A check whose error or budget is not a finite number (or whose budget is negative) never
 // passes, whatever the other number is: an infinite budget would pass any output, a NaN makes
@@ -223,7 +224,7 @@ nlohmann::json number(double x) {
 // which number is not finite and why (`error_why`, `budget_why`: the judge's diagnosis, e.g.
 // "3 elements of o are NaN ..."), before how the budget was formed.
 Check make_check(OutputTensor tensor, std::string metric, double error, double budget, std::string basis,
-                 const std::string& error_why = "", const std::string& budget_why = "") {
+                 const std::string& error_why, const std::string& budget_why) {
   Check c;
   c.tensor = tensor;
   c.metric = std::move(metric);
@@ -249,6 +250,8 @@ Check make_check(OutputTensor tensor, std::string metric, double error, double b
   c.basis = why + " (never passes); budget: " + basis;
   return c;
 }
+
+namespace {
 
 Allowance allowance_of(const BudgetOptions& options, const Problem& problem, const Inputs& inputs,
                        const Outputs<double>& exact, Formulation formulation, int chunk_size);
@@ -287,8 +290,9 @@ const HostTensor<double>& tensor_of(const Outputs<double>& outputs, OutputTensor
     case OutputTensor::o: return outputs.o;
     case OutputTensor::hT: return outputs.hT;
     case OutputTensor::intermediate: return outputs.intermediate;
+    default: break;  // gradients are judged by oracle/backward_budget.hpp
   }
-  return outputs.o;
+  throw std::logic_error(std::string("oracle::judge: ") + output_tensor_name(tensor) + " is not a forward output");
 }
 
 std::vector<OutputTensor> judged_tensors(const Problem& problem) {

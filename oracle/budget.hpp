@@ -84,6 +84,13 @@ struct Check {
   std::string basis;
 };
 
+// One check: margin error / budget, pass when <= 1; when the error or the budget is not a
+// finite number (or the budget is negative) the check fails whatever the other number is, its
+// margin is inf and its basis starts with which number and why (error_why, budget_why). Every
+// verdict's checks are made here (forward and gradients: oracle/backward_budget.hpp).
+Check make_check(OutputTensor tensor, std::string metric, double error, double budget, std::string basis,
+                 const std::string& error_why = "", const std::string& budget_why = "");
+
 struct Verdict {
   std::string case_name;
   std::string problem;         // Problem::describe()

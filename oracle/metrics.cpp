@@ -15,12 +15,37 @@ const char* output_tensor_name(OutputTensor tensor) {
     case OutputTensor::o: return "o";
     case OutputTensor::hT: return "hT";
     case OutputTensor::intermediate: return "intermediate";
+    case OutputTensor::dq: return "dq";
+    case OutputTensor::dk: return "dk";
+    case OutputTensor::dv: return "dv";
+    case OutputTensor::dg: return "dg";
+    case OutputTensor::dbeta: return "dbeta";
+    case OutputTensor::da: return "da";
+    case OutputTensor::db: return "db";
+    case OutputTensor::dA_log: return "dA_log";
+    case OutputTensor::ddt_bias: return "ddt_bias";
+    case OutputTensor::dh0: return "dh0";
   }
   return "?";
 }
 
 DType output_dtype(const Problem& problem, OutputTensor tensor) {
-  return tensor == OutputTensor::o ? problem.input_dtype : DType::f32;
+  switch (tensor) {
+    case OutputTensor::o:
+    case OutputTensor::dq:
+    case OutputTensor::dk:
+    case OutputTensor::dv: return problem.input_dtype;
+    case OutputTensor::dg:
+    case OutputTensor::dbeta:
+    case OutputTensor::da:
+    case OutputTensor::db: return problem.gate_dtype;
+    case OutputTensor::hT:
+    case OutputTensor::intermediate:
+    case OutputTensor::dA_log:
+    case OutputTensor::ddt_bias:
+    case OutputTensor::dh0: return DType::f32;
+  }
+  return DType::f32;
 }
 
 Shape output_shape(const Problem& problem, OutputTensor tensor) {
@@ -28,6 +53,16 @@ Shape output_shape(const Problem& problem, OutputTensor tensor) {
     case OutputTensor::o: return problem.v_shape();
     case OutputTensor::hT: return problem.state_shape();
     case OutputTensor::intermediate: return problem.intermediate_shape();
+    case OutputTensor::dq:
+    case OutputTensor::dk: return problem.q_shape();
+    case OutputTensor::dv: return problem.v_shape();
+    case OutputTensor::dg:
+    case OutputTensor::dbeta:
+    case OutputTensor::da:
+    case OutputTensor::db: return problem.gate_shape();
+    case OutputTensor::dA_log:
+    case OutputTensor::ddt_bias: return problem.head_param_shape();
+    case OutputTensor::dh0: return problem.state_shape();
   }
   return {};
 }
@@ -70,7 +105,8 @@ Location locate(const Problem& problem, const Inputs* inputs, OutputTensor tenso
   if (flat < 0) return loc;
   const std::int64_t HV = problem.HV, K = problem.K, V = problem.V;
   switch (tensor) {
-    case OutputTensor::o: {
+    case OutputTensor::o:
+    case OutputTensor::dv: {
       loc.token = flat / (HV * V);
       loc.head = static_cast<int>((flat / V) % HV);
       loc.v = static_cast<int>(flat % V);
@@ -86,7 +122,31 @@ Location locate(const Problem& problem, const Inputs* inputs, OutputTensor tenso
       loc.position = loc.token - problem.seq_begin(loc.sequence);
       break;
     }
-    case OutputTensor::hT: {
+    case OutputTensor::dq:
+    case OutputTensor::dk: {  // [T, H, K]: head is the query/key head
+      loc.token = flat / (problem.H * K);
+      loc.head = static_cast<int>((flat / K) % problem.H);
+      loc.k = static_cast<int>(flat % K);
+      loc.sequence = sequence_of_token(problem, loc.token);
+      loc.position = loc.token - problem.seq_begin(loc.sequence);
+      break;
+    }
+    case OutputTensor::dg:
+    case OutputTensor::dbeta:
+    case OutputTensor::da:
+    case OutputTensor::db: {  // [T, HV]
+      loc.token = flat / HV;
+      loc.head = static_cast<int>(flat % HV);
+      loc.sequence = sequence_of_token(problem, loc.token);
+      loc.position = loc.token - problem.seq_begin(loc.sequence);
+      break;
+    }
+    case OutputTensor::dA_log:
+    case OutputTensor::ddt_bias:  // [HV]: a sum over every token of the head
+      loc.head = static_cast<int>(flat);
+      break;
+    case OutputTensor::hT:
+    case OutputTensor::dh0: {
       loc.state_row = flat / (HV * K * V);
       loc.head = static_cast<int>((flat / (K * V)) % HV);
       decode_state_element(problem, flat % (K * V), loc);

@@ -11,10 +11,14 @@
 
 namespace gdn::oracle {
 
-enum class OutputTensor { o, hT, intermediate };
+// The forward's outputs, and the backward's gradients (core/gradients.hpp, judged by
+// oracle/backward_budget.hpp): one name space for checks, metrics and locations.
+enum class OutputTensor { o, hT, intermediate, dq, dk, dv, dg, dbeta, da, db, dA_log, ddt_bias, dh0 };
 const char* output_tensor_name(OutputTensor tensor);
 
-// The dtype an output is stored in (§7): o in the input dtype, states in fp32.
+// The dtype an output is stored in (§7): o in the input dtype, states in fp32; a gradient in
+// the dtype of the input it differentiates (§6): dq, dk, dv the input dtype, dg, dbeta, da, db
+// the gate dtype, dA_log, ddt_bias, dh0 fp32.
 DType output_dtype(const Problem& problem, OutputTensor tensor);
 // The shape the problem gives the output.
 Shape output_shape(const Problem& problem, OutputTensor tensor);

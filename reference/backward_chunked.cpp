@@ -199,6 +199,9 @@ Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs,
   return detail::finish_gradients<Scalar>(problem, inputs, raw, nullptr, nullptr);
 }
 
+// float: the chunked backward's fp32 precision emulation (oracle/backward_budget.hpp).
+template Gradients<float> chunked_backward<float>(const Problem&, const Inputs&, const BackwardInputs&, int,
+                                                  ChunkBackwardTrace<float>*);
 template Gradients<double> chunked_backward<double>(const Problem&, const Inputs&, const BackwardInputs&, int,
                                                     ChunkBackwardTrace<double>*);
 template Gradients<long double> chunked_backward<long double>(const Problem&, const Inputs&, const BackwardInputs&,

@@ -44,6 +44,8 @@ template <class Scalar>
 Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
                                    int chunk_size, ChunkBackwardTrace<Scalar>* trace = nullptr);
 
+extern template Gradients<float> chunked_backward<float>(const Problem&, const Inputs&, const BackwardInputs&, int,
+                                                         ChunkBackwardTrace<float>*);
 extern template Gradients<double> chunked_backward<double>(const Problem&, const Inputs&, const BackwardInputs&, int,
                                                            ChunkBackwardTrace<double>*);
 extern template Gradients<long double> chunked_backward<long double>(const Problem&, const Inputs&,

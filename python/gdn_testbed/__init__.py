@@ -23,10 +23,16 @@ from .problem import Problem, default_input_options, make_inputs, problem_from_d
 from .space import CaseSpace, draw_case, sample_case
 from .casefile import CaseFile, judge_case_file, read_case_file, write_case_file
 from .fuzzing import CheckResult, FuzzSummary, check, fuzz, replay
+from .backward import (BackwardKernel, autograd_kernel, backward_tensors, check_backward, chunked_backward,
+                       emulate_backward, fuzz_backward, judge_backward, load_backward_case, make_backward_inputs,
+                       replay_backward, sequential_backward)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackwardKernel", "autograd_kernel", "backward_tensors", "check_backward", "chunked_backward",
+    "emulate_backward", "fuzz_backward", "judge_backward", "load_backward_case", "make_backward_inputs",
+    "replay_backward", "sequential_backward",
     "CaseFile", "CaseSpace", "CheckResult", "FuzzSummary", "Kernel", "Problem", "ProblemError", "Unsupported",
     "Verdict", "as_numpy", "budget_describe", "check", "chunked", "compare", "default_input_options", "draw_case",
     "emulate", "emulate_operands", "from_torch", "fuzz", "implementations", "judge", "judge_case_file", "kernel",

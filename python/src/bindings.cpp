@@ -27,10 +27,14 @@
 #include "cli/shrink.hpp"
 #include "core/implementation.hpp"
 #include "core/problem.hpp"
+#include "fuzz/backward_properties.hpp"
 #include "fuzz/sample.hpp"
+#include "oracle/backward_budget.hpp"
 #include "oracle/budget.hpp"
 #include "oracle/case_file.hpp"
 #include "oracle/metrics.hpp"
+#include "reference/backward.hpp"
+#include "reference/backward_chunked.hpp"
 #include "reference/chunked.hpp"
 #include "reference/emulate.hpp"
 #include "reference/operand_model.hpp"
@@ -473,6 +477,68 @@ oracle::CaseLimits limits_of(std::uint64_t max_bytes, std::uint64_t max_work) {
 
 const oracle::RegistryEntry* find_entry(const std::string& name) { return cli::default_registry().find(name); }
 
+// ---- the backward ---------------------------------------------------------------------------
+
+template <class T>
+py::dict gradients_to_py(const Gradients<T>& g) {
+  py::dict d;
+  g.for_each([&](const char* name, const HostTensor<T>& t) {
+    if (t.defined()) d[name] = to_numpy(t);
+  });
+  return d;
+}
+
+// {"dq": ..., "dk": ..., ...}: None entries stay undefined; unknown keys are an error.
+Gradients<double> gradients_from_py(const py::handle& object) {
+  if (!py::isinstance<py::dict>(object))
+    value_error("gradients must be a dict of arrays (dq, dk, dv, dg, dbeta, da, db, dA_log, ddt_bias, dh0)");
+  py::dict d = py::reinterpret_borrow<py::dict>(object);
+  Gradients<double> g;
+  for (auto item : d) {
+    const std::string key = py::str(item.first);
+    bool known = false;
+    g.for_each([&](const char* name, HostTensor<double>& t) {
+      if (key != name) return;
+      known = true;
+      if (!item.second.is_none()) t = tensor_from(key, item.second);
+    });
+    if (!known)
+      value_error("gradients: unknown key '" + key + "' (expected dq, dk, dv, dg, dbeta, da, db, dA_log, ddt_bias, dh0)");
+  }
+  return g;
+}
+
+// {"dO": ..., "dhT": ... or None}, checked (validate_backward_inputs: shapes, scope, dO
+// representable in the input dtype, dhT in fp32).
+BackwardInputs backward_from_py(const Problem& p, const Inputs& in, const py::handle& object) {
+  if (!py::isinstance<py::dict>(object)) value_error("backward must be a dict with 'dO' (and 'dhT')");
+  py::dict d = py::reinterpret_borrow<py::dict>(object);
+  BackwardInputs b;
+  for (auto item : d) {
+    const std::string key = py::str(item.first);
+    if (key != "dO" && key != "dhT") value_error("backward: unknown key '" + key + "' (expected dO, dhT)");
+    if (item.second.is_none()) continue;
+    (key == "dO" ? b.dO : b.dhT) = tensor_from(key, item.second);
+  }
+  oracle::validate_backward_inputs(p, in, b);
+  return b;
+}
+
+py::dict backward_to_py(const BackwardInputs& b) {
+  py::dict d;
+  d["dO"] = to_numpy_or_none(b.dO);
+  d["dhT"] = to_numpy_or_none(b.dhT);
+  return d;
+}
+
+template <class Scalar>
+py::object sequential_backward_impl(const Problem& p, const Inputs& in, const BackwardInputs& b, bool magnitudes) {
+  if (!magnitudes) return gradients_to_py(reference::sequential_backward<Scalar>(p, in, b));
+  Gradients<Scalar> m;
+  Gradients<Scalar> g = reference::sequential_backward<Scalar>(p, in, b, &m);
+  return py::make_tuple(gradients_to_py(g), gradients_to_py(m));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -743,6 +809,79 @@ PYBIND11_MODULE(_core, m) {
     std::optional<oracle::BudgetOptions> b;
     if (!budget.empty()) b = budget_of(budget);
     return cli::judge_case_file(path, b, find_entry);
+  });
+
+  // ---- the backward (core/gradients.hpp, reference/backward*.hpp, oracle/backward_budget.hpp) ----
+  m.def("make_backward_inputs", [](const Problem& p, std::uint64_t seed) {
+    p.validate();
+    return backward_to_py(fuzz::make_backward_inputs(p, seed));
+  });
+  m.def("backward_space", [](const std::string& space) {
+    return fuzz::to_json(fuzz::backward_space(fuzz::case_space_from_json(nlohmann::json::parse(space)))).dump();
+  });
+  m.def("sequential_backward", [](const Problem& p, const py::dict& inputs, const py::dict& backward,
+                                  const std::string& precision, bool term_magnitudes) -> py::object {
+    const Inputs in = inputs_from_py(p, inputs);
+    const BackwardInputs b = backward_from_py(p, in, backward);
+    if (precision == "f64") return sequential_backward_impl<double>(p, in, b, term_magnitudes);
+    if (precision == "f80") return sequential_backward_impl<long double>(p, in, b, term_magnitudes);
+    if (precision == "f32") return sequential_backward_impl<float>(p, in, b, term_magnitudes);
+    value_error("precision must be f64, f80 or f32, got '" + precision + "'");
+  });
+  m.def("chunked_backward", [](const Problem& p, const py::dict& inputs, const py::dict& backward, int chunk_size,
+                               const std::string& precision) -> py::object {
+    if (chunk_size < 1) value_error("chunk_size must be >= 1, got " + std::to_string(chunk_size));
+    const Inputs in = inputs_from_py(p, inputs);
+    const BackwardInputs b = backward_from_py(p, in, backward);
+    if (precision == "f64") return gradients_to_py(reference::chunked_backward<double>(p, in, b, chunk_size));
+    if (precision == "f80") return gradients_to_py(reference::chunked_backward<long double>(p, in, b, chunk_size));
+    if (precision == "f32") return gradients_to_py(reference::chunked_backward<float>(p, in, b, chunk_size));
+    value_error("precision must be f64, f80 or f32, got '" + precision + "'");
+  });
+  m.def("emulate_backward", [](const Problem& p, const py::dict& inputs, const py::dict& backward,
+                               const std::string& formulation, int chunk_size) {
+    if (chunk_size < 1) value_error("chunk_size must be >= 1, got " + std::to_string(chunk_size));
+    const Inputs in = inputs_from_py(p, inputs);
+    return gradients_to_py(
+        oracle::emulate_backward(p, in, backward_from_py(p, in, backward), formulation_of(formulation), chunk_size));
+  });
+  m.def("judge_backward", [](const Problem& p, const py::dict& inputs, const py::dict& backward, const py::dict& actual,
+                             const std::string& formulation, int chunk_size, const std::string& budget,
+                             const std::string& oracle_precision, const std::string& case_name,
+                             const std::string& implementation, py::object first) {
+    const Inputs in = inputs_from_py(p, inputs);
+    BackwardInputs b = backward_from_py(p, in, backward);
+    const Gradients<double> x = gradients_from_py(actual);
+    const oracle::BudgetOptions options = budget_of(budget);
+    if (oracle_precision != "f64" && oracle_precision != "f80")
+      value_error("oracle must be f64 or f80, got '" + oracle_precision + "'");
+    const Formulation f = formulation_of(formulation);
+    if (f == Formulation::chunked && chunk_size < 1) value_error("chunk_size must be >= 1, got " + std::to_string(chunk_size));
+    std::optional<Gradients<double>> first_run;
+    if (!first.is_none()) first_run = gradients_from_py(first);
+    if (options.model == oracle::BudgetModel::bitwise && !first_run)
+      value_error("budget bitwise compares two runs: pass the first run's gradients as first=");
+    oracle::BackwardContext context(case_name, p, in, std::move(b),
+                                    oracle_precision == "f80" ? oracle::BackwardContext::Oracle::f80
+                                                              : oracle::BackwardContext::Oracle::f64);
+    return oracle::evaluate_gradients(implementation, f, chunk_size, context, x, options,
+                                      first_run ? &*first_run : nullptr);
+  });
+  m.def("backward_error_verdict", [](const Problem& p, const std::string& budget, const std::string& case_name,
+                                     const std::string& implementation, const std::string& message) {
+    oracle::Verdict v;
+    v.case_name = case_name;
+    v.problem = p.describe();
+    v.implementation = implementation;
+    v.budget = budget_of(budget).describe();
+    v.status = oracle::Status::error;
+    v.message = message;
+    return v;
+  }, "An ERROR verdict for a backward kernel that failed before returning gradients.");
+  m.def("backward_tensors", [](const Problem& p) {
+    std::vector<std::string> names;
+    for (oracle::OutputTensor t : oracle::gradient_tensors(p)) names.push_back(oracle::output_tensor_name(t));
+    return names;
   });
 
   // ---- the fuzz campaign and the shrinker ----
