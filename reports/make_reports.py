@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomically(out_dir / name, text)
     write_text_atomically(out_dir / "accuracy.md", accuracy_text)
     write_text_atomically(out_dir / "speed.md", speed_text)
-    if results.faults:
+    if results.faults or results.conformance_runs:
         write_text_atomically(out_dir / "faults.md", faults.build(results, command, generated))
     written = {out_dir / name for name in details}
     linked = {out_dir / link for text in (accuracy_text, speed_text)

@@ -175,7 +175,8 @@ def judge(fault, det):
     elif det == "suite":
         # Catch exits with the number of failed assertions (capped at 255), 77 when skipped.
         failed = re.search(r"Failed (\d+) test cases?, failed (\d+) assertions?", logtext)
-        passed = re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", logtext)
+        passed = (re.search(r"All tests passed \((\d+) assertions? in (\d+) test cases?\)", logtext) or
+                  re.search(r"Passed (all |both )?\d+ test cases? with \d+ assertions?", logtext))
         if rc == 0 and passed:
             r.update(result="missed", detail=passed.group(0))
         elif rc != 0 and failed:

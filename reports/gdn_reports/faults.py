@@ -8,6 +8,8 @@ summary says whether conformance caught every fault that fuzz caught, the issue'
 from __future__ import annotations
 
 MARK = {"caught": "caught", "missed": "**missed**", "error": "error"}
+# The control row plants nothing: there "missed" is the right answer.
+CONTROL_MARK = {"caught": "**false alarm**", "missed": "passed", "error": "error"}
 
 
 def build(results, command: str, generated: str) -> str:
@@ -17,7 +19,14 @@ def build(results, command: str, generated: str) -> str:
              "and found (or not) by what a user runs: `gdn-testbed conformance`, `gdn-testbed fuzz` for a fixed "
              "time on the kernels that run the faulty code, the GPU suite (`cuda_gpu_tests`), and "
              "compute-sanitizer's memcheck and racecheck on the suite's conformance property. The control row "
-             "plants nothing: every detector must pass it.", ""]
+             "plants nothing: every detector must pass it. The sanitizers see memory errors and races only: "
+             "a wrong value is not theirs to catch.", ""]
+    for run in results.conformance_runs:
+        s = run["summary"]
+        lines += [f"Conformance from a copied binary ({run.get('note', '')}): {s['pass']} PASS, {s['fail']} FAIL, "
+                  f"{s['error']} ERROR, {s['skipped']} SKIPPED, {run.get('golden_verdicts', '?')} of them golden-vector "
+                  f"verdicts; {run.get('device', '?')}, {run.get('date', '?')}, commit `{run.get('commit', '?')}`, "
+                  f"`{run.get('command', '?')}` (`{run['source']}`).", ""]
     if not results.faults:
         lines += ["No fault campaign in the results (run `scripts/fault_campaign.sh` on the GPU machine).", ""]
         return "\n".join(lines)
@@ -43,8 +52,9 @@ def build(results, command: str, generated: str) -> str:
         lines += ["", "| fault | kind | kernels | " + " | ".join(detectors) + " |",
                   "|---|---|---|" + "---|" * len(detectors)]
         for r in control + faults:
+            mark = CONTROL_MARK if r["fault"] == "none" else MARK
             lines.append(f"| `{r['fault']}` | {r.get('kind', '')} | {r.get('kernels', '')} | " +
-                         " | ".join(MARK[r["detectors"][d]["result"]] for d in detectors) + " |")
+                         " | ".join(mark[r["detectors"][d]["result"]] for d in detectors) + " |")
         lines += ["", "Details:", ""]
         for r in control + faults:
             lines.append(f"- `{r['fault']}`: {r.get('description', '')}")

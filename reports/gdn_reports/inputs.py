@@ -114,6 +114,7 @@ class Results:
     fuzz_failures: list = field(default_factory=list)
     sanitize: list = field(default_factory=list)   # dicts: source, tool, and the tool's entry
     faults: list = field(default_factory=list)     # fault-campaign results (gdn-faults/1), with "source"
+    conformance_runs: list = field(default_factory=list)  # gdn-conformance-summary/1: a CLI conformance run's tally
     manifests: dict = field(default_factory=dict)  # device kind -> manifest object
     errors: list = field(default_factory=list)     # dicts: source, case, problem, implementation, rel_rms_o, rel_rms_hT
     ignored: list = field(default_factory=list)  # (path, why)
@@ -524,6 +525,12 @@ def load_results(root: Path) -> Results:
         elif fmt.startswith("gdn-sanitize/"):
             count = _load_sanitize(data, source, results)
             results.provenance.append(Provenance(source, "sanitizers", records=count, **_provenance_fields(data)))
+        elif fmt.startswith("gdn-conformance-summary/"):
+            if not isinstance(data.get("summary"), dict) or not all(
+                    isinstance(data["summary"].get(k), int) for k in ("pass", "fail", "error", "skipped")):
+                raise InputError(f"{source}: 'summary' needs integer pass, fail, error and skipped")
+            results.conformance_runs.append(dict(data, source=source))
+            results.provenance.append(Provenance(source, "conformance run", records=1, **_provenance_fields(data)))
         elif fmt.startswith("gdn-faults/"):
             count = _load_faults(data, source, results)
             results.provenance.append(Provenance(source, "fault campaign", records=count, **_provenance_fields(data)))
