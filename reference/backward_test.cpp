@@ -220,6 +220,16 @@ TEST_CASE("finite differences of the long double forward certify the backward", 
         }
         const double h = std::ldexp(1.0, -21 + std::max(0, std::ilogb(std::max(std::fabs(x), 1.0)) + 1));
         const double H = std::ldexp(h, 11);
+        // Under l2norm a q or k row varies on the scale of its norm sqrt(sum x^2 + 1e-6): the
+        // third difference at 2H, which bounds the truncation, is meaningful only where 2H is far
+        // below it. Rows shorter than 64 H (small-norm rows, a K = 1 key near 0) are skipped, as
+        // docs/backward.md says for the small-norm regime.
+        if (p.use_qk_l2norm && (tensor == &Inputs::q || tensor == &Inputs::k)) {
+          const std::int64_t row = i / p.K;
+          double sum = 1e-6;
+          for (int e = 0; e < p.K; ++e) sum += (r.in.*tensor)[row * p.K + e] * (r.in.*tensor)[row * p.K + e];
+          if (std::sqrt(sum) < 64 * H) continue;
+        }
         Inputs in = r.in;
         auto at = [&](double value) {
           (in.*tensor)[i] = value;
@@ -357,10 +367,15 @@ TEST_CASE("chunk intermediates: dS0 is the dh0 of the suffix", "[reference][back
       BackwardInputs b;
       b.dO = rows(r.b.dO, t0, t1);
       if (r.b.dhT.defined()) b.dhT = rows(r.b.dhT, n, n + 1);
-      const Gradients<double> g = reference::sequential_backward<double>(suffix, in, b);
-      reference::Matrix<double> dh0(p.K, p.V);
+      // Measured against the term magnitudes of dh0 (docs/backward.md), not against |dh0|
+      // itself: dh0 may cancel (small-norm rows under l2norm), its rounding error does not.
+      Gradients<double> terms;
+      const Gradients<double> g = reference::sequential_backward<double>(suffix, in, b, &terms);
+      reference::Matrix<double> dh0(p.K, p.V), dh0_terms(p.K, p.V);
       reference::load_state<double>(suffix, g.dh0.data(), 0, j, dh0);
-      const double scale = std::max(dh0.cwiseAbs().maxCoeff(), record.dS_end.cwiseAbs().maxCoeff());
+      reference::load_state<double>(suffix, terms.dh0.data(), 0, j, dh0_terms);
+      const double scale = std::max({dh0.cwiseAbs().maxCoeff(), dh0_terms.cwiseAbs().maxCoeff(),
+                                     record.dS_end.cwiseAbs().maxCoeff()});
       RC_ASSERT((dh0 - record.dS0).cwiseAbs().maxCoeff() <= allowed_relative * std::max(scale, 1e-300) * 4);
     }
   }, 200);

@@ -71,6 +71,16 @@ def _replay_spec(fn, kernel=None) -> Optional[str]:
     return f"{module_name}:{qualname}"
 
 
+# The budget of a kernel whose chunk states and computed tensor-core operands (W, U, v_new, the
+# states fed back into the next chunk) are rounded once to the input dtype by design, with fp32
+# accumulation: the calibrated rule over that design's own emulation (docs/budgets.md,
+# "baseline=operands_single"), the state floor in units of the input dtype. Chunked at C = 64.
+OPERANDS_SINGLE = "calibrated(state_unit=input,baseline=operands_single)"
+# The default budget: the calibrated rule over the fp32 emulation. For a kernel with a declared
+# design this is the quality figure (how far the design is from what fp32 can achieve).
+QUALITY_BUDGET = "calibrated"
+
+
 class Kernel:
     """A kernel and how it is judged.
 
@@ -85,6 +95,14 @@ class Kernel:
     space         the kernel's support matrix (a CaseSpace): fuzz and check use it when no
                   space is given
     budget        the budget it is judged by unless the caller names another
+    design        the kernel's precision design in words (which intermediates it stores in
+                  which dtype), declared with the budget that models it: a kernel that keeps
+                  chunk states or tensor-core operands in the input dtype by design is judged
+                  by ``OPERANDS_SINGLE`` (the chunked form with every computed operand rounded
+                  once to the input dtype as its baseline), so that a FAIL is a bug, not the
+                  design; its accuracy against the fp32 baseline (``QUALITY_BUDGET``) is a
+                  quality figure (docs/python.md, "Precision designs"). None: fp32
+                  intermediates, the default calibrated budget
     replay        how `python3 -m gdn_testbed --kernel SPEC` loads it (FILE.py:NAME or
                   module:NAME); found from fn when it is reachable by name
     """
@@ -92,7 +110,7 @@ class Kernel:
     def __init__(self, fn: Callable, *, name: Optional[str] = None, formulation: str = "sequential",
                  chunk_size: int = 64, arrays: str = "numpy", device=None,
                  supports: Optional[Callable] = None, deterministic: bool = True, space=None,
-                 budget: Optional[str] = None, replay: Optional[str] = None):
+                 budget: Optional[str] = None, design: Optional[str] = None, replay: Optional[str] = None):
         if not callable(fn):
             raise TypeError(f"Kernel: fn must be callable, got {type(fn).__name__}")
         if formulation not in ("chunked", "sequential"):
@@ -101,9 +119,17 @@ class Kernel:
             raise ValueError(f"Kernel: chunk_size must be an integer >= 1, got {chunk_size!r}")
         if arrays not in ("numpy", "torch"):
             raise ValueError(f"Kernel: arrays must be 'numpy' or 'torch', got {arrays!r}")
+        if design is not None and (not isinstance(design, str) or not design.strip()):
+            raise ValueError(f"Kernel: design must be a non-empty description, got {design!r}")
+        if design is not None and budget is None:
+            raise ValueError("Kernel: a declared design needs the budget that models it (budget=, for example "
+                             "gdn_testbed.OPERANDS_SINGLE); without it the design would be judged by the fp32 baseline")
         if budget is not None:
             from . import _core
             budget = _core.budget_describe(budget)
+            if "baseline=operands_single" in budget and (formulation != "chunked" or chunk_size != 64):
+                raise ValueError(f"Kernel: budget {budget} models the chunked form at C = 64; this kernel is "
+                                 f"{formulation}" + (f" at C = {chunk_size}" if formulation == "chunked" else ""))
         self.fn = fn
         self.name = name or _default_name(fn)
         self.formulation = formulation
@@ -114,6 +140,7 @@ class Kernel:
         self.deterministic = bool(deterministic)
         self.space = space
         self.budget = budget
+        self.design = design
         self._replay = replay
 
     @property

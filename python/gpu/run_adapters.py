@@ -318,6 +318,10 @@ def worker(args) -> int:
         res["formulation"] = base.formulation
         res["chunk_size"] = base.chunk_size
         res["kernel_device"] = str(base.device) if base.device is not None else "default (cuda when available)"
+        # The verdicts are judged by the kernel's own budget (its declared precision design, else
+        # the fp32 baseline): check and fuzz take it from the Kernel.
+        res["budget"] = gt.budget_describe(base.budget or gt.QUALITY_BUDGET)
+        res["design"] = base.design
         space = base.space
         if not args.full_spaces and run["narrow"]:
             res["space_narrowed"] = run["narrow"]
@@ -375,6 +379,14 @@ def worker(args) -> int:
         else:
             res["phases"]["check"] = dict(skipped_reason=f"only {max(0.0, left):.1f} s left of the run's cap")
 
+        # quality: for a kernel with a declared design, its accuracy against the fp32 baseline
+        # on a few cases, a figure beside the verdicts, never one of them.
+        if base.design is not None and args.quality_cases > 0 and counter.fatal is None:
+            until = min(deadline, time.monotonic() + 0.15 * args.cap)
+            res["quality"] = quality(gt, kernel, space, args, res["budget"], until)
+            save()
+            log(f"{run['id']}: quality: {res['quality'].get('summary')}")
+
         # fuzz: another seed, for what time is left.
         left = deadline - time.monotonic() - 3
         shrink = min(args.shrink_seconds, 0.25 * left)
@@ -411,6 +423,51 @@ def worker(args) -> int:
                    traceback=traceback.format_exc()[-6000:])
         save()
         return 1
+
+
+def quality(gt, kernel, space, args, design_budget: str, until: float) -> dict:
+    """The kernel on up to --quality-cases cases of the space (seed + 2000), each output judged
+    twice: by the design's budget (as the verdicts are) and by the fp32 baseline's
+    (QUALITY_BUDGET). The second is how far the design is from what fp32 can achieve: reported
+    per tensor as the worst margin and relative RMS error, labelled quality, not a verdict."""
+    out = dict(note="accuracy against the fp32-state baseline (budget " + gt.QUALITY_BUDGET + "): a quality "
+                    "figure, not a verdict; margin > 1 means the design misses what fp32 intermediates achieve",
+               budget=gt.budget_describe(gt.QUALITY_BUDGET), design_budget=design_budget, cases=[], per_tensor={},
+               skipped=0, errors=[])
+    t = time.monotonic()
+    for case in space.cases(args.quality_cases, seed=args.seed + 2000):
+        if time.monotonic() > until:
+            out["stopped"] = "time slice spent (15% of the run's cap)"
+            break
+        problem = case.problem
+        if kernel._gdn_supports(problem) is not None:
+            out["skipped"] += 1
+            continue
+        try:
+            outputs = kernel._gdn_run(problem, case.inputs)
+            judged = {}
+            for label, budget in (("design", design_budget), ("quality", gt.QUALITY_BUDGET)):
+                v = gt.judge(problem, case.inputs, outputs, formulation=kernel.formulation,
+                             chunk_size=kernel.chunk_size, budget=budget, implementation=kernel.name)
+                judged[label] = v
+        except Exception as error:   # noqa: BLE001 - recorded; the verdicts judge the kernel
+            out["errors"].append(f"{problem.describe()}: {type(error).__name__}: {str(error)[:300]}")
+            continue
+        row = dict(problem=problem.describe(), design_status=judged["design"].status,
+                   design_worst_margin=judged["design"].worst_margin, quality={})
+        for c in judged["quality"].checks:
+            if c.get("metric") != "rel_rms":
+                continue
+            row["quality"][c["tensor"]] = dict(rel_rms=c["error"], budget=c["budget"], margin=c["margin"])
+            agg = out["per_tensor"].setdefault(c["tensor"], dict(worst_margin=0.0, worst_rel_rms=0.0, cases=0))
+            agg["cases"] += 1
+            agg["worst_margin"] = max(agg["worst_margin"], float(c["margin"]))
+            agg["worst_rel_rms"] = max(agg["worst_rel_rms"], float(c["error"]))
+        out["cases"].append(row)
+    out["seconds"] = round(time.monotonic() - t, 2)
+    out["summary"] = ", ".join(f"{name} worst margin {a['worst_margin']:.3g} (rel_rms {a['worst_rel_rms']:.3g}, "
+                               f"{a['cases']} cases)" for name, a in sorted(out["per_tensor"].items())) or "no case judged"
+    return out
 
 
 def overall_verdict(phases: dict) -> str:
@@ -475,6 +532,7 @@ def driver(args) -> int:
                   settings=dict(cases=args.cases, seconds=args.seconds, total_seconds=args.total_seconds,
                                 seed=args.seed, warmup=args.warmup, max_failures=args.max_failures,
                                 shrink_seconds=args.shrink_seconds, full_spaces=args.full_spaces,
+                                quality_cases=args.quality_cases,
                                 transformers_device=args.transformers_device, runs=[r["id"] for r in selected]))
     log(f"device: {header['device'].get('gpu')}, torch {header['device'].get('torch')}; "
         f"packages: {', '.join(f'{k} {v}' for k, v in header['packages'].items() if v)}")
@@ -517,6 +575,10 @@ def driver(args) -> int:
                                 skipped=sum((r.get("phases", {}).get(p) or {}).get("skipped", 0) for p in ("check", "fuzz")),
                                 worst_margin=max([(r.get("phases", {}).get(p) or {}).get("worst_margin", 0.0) or 0.0
                                                   for p in ("check", "fuzz")]),
+                                budget=r.get("budget"), design=r.get("design") is not None,
+                                quality={name: dict(worst_margin=a["worst_margin"], worst_rel_rms=a["worst_rel_rms"])
+                                         for name, a in ((r.get("quality") or {}).get("per_tensor") or {}).items()}
+                                or None,
                                 backend=(r.get("backend") or {}).get("used"), reason=r.get("reason"),
                                 wall_seconds=r.get("wall_seconds")) for r in runs])
     write_json(os.path.join(args.out, "adapter-verdicts.json"), verdicts)
@@ -525,6 +587,8 @@ def driver(args) -> int:
         log(f"{row['id']:30s} {str(row['status']):8s} {str(row['verdict']):14s} judged {row['judged']:4d} "
             f"fail {row['failed']:3d} error {row['errors']:3d} skipped {row['skipped']:4d} "
             f"worst margin {row['worst_margin']:.3g} {row['wall_seconds']} s"
+            + ("".join(f"  [quality {t}: margin {q['worst_margin']:.3g}]" for t, q in row["quality"].items())
+               if row.get("quality") else "")
             + (f"  ({row['reason'][:160]})" if row["reason"] else ""))
     log(f"wrote {args.out}/adapter-verdicts.json and adapter-failures.tar.xz in {time.monotonic() - t0:.0f} s")
     return 1 if any(r.get("status") in ("ERROR", "TIMEOUT", "NOT RUN") for r in runs) else 0
@@ -568,7 +632,7 @@ def start_next(lane: Lane, args) -> None:
                "--cap", f"{cap:.1f}", "--cases", str(args.cases), "--seconds", str(args.seconds), "--seed",
                str(args.seed), "--warmup", str(args.warmup), "--max-failures", str(args.max_failures),
                "--shrink-seconds", str(args.shrink_seconds), "--transformers-device", args.transformers_device,
-               "--cpu-threads", str(args.cpu_threads), "--out", args.out] + (["--full-spaces"] if args.full_spaces else [])
+               "--cpu-threads", str(args.cpu_threads), "--quality-cases", str(args.quality_cases), "--out", args.out] + (["--full-spaces"] if args.full_spaces else [])
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log(f"[{lane.name}] start {run['id']} (cap {cap:.0f} s)")
     lane.proc = subprocess.Popen(command, stdout=lane.log, stderr=subprocess.STDOUT, env=env)
@@ -650,6 +714,9 @@ def parse(argv=None):
     p.add_argument("--warmup", type=int, default=4, help="unjudged warm-up calls per run (default 4)")
     p.add_argument("--max-failures", type=int, default=2, help="failures the fuzz phase shrinks and saves")
     p.add_argument("--shrink-seconds", type=float, default=20.0, help="time to shrink one failure")
+    p.add_argument("--quality-cases", type=int, default=6,
+                   help="cases on which a kernel with a declared design is also judged against the fp32 baseline "
+                        "(a quality figure, not a verdict; at most 15%% of the run's cap; 0: none; default 6)")
     p.add_argument("--full-spaces", action="store_true", help="the adapters' declared spaces, not narrowed")
     p.add_argument("--transformers-device", default="cpu", help="torch device of the transformers runs")
     p.add_argument("--cpu-threads", type=int, default=4, help="torch threads of a cpu-lane run")
@@ -663,9 +730,9 @@ def parse(argv=None):
     p.add_argument("--worker", choices=RUN_IDS, help=argparse.SUPPRESS)
     p.add_argument("--cap", type=float, default=0.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("cases", "warmup", "max_failures", "cpu_threads"):
-        if getattr(args, name) < (0 if name == "warmup" else 1):
-            p.error(f"--{name.replace('_', '-')} must be at least {0 if name == 'warmup' else 1}")
+    for name in ("cases", "warmup", "max_failures", "cpu_threads", "quality_cases"):
+        if getattr(args, name) < (0 if name in ("warmup", "quality_cases") else 1):
+            p.error(f"--{name.replace('_', '-')} must be at least {0 if name in ('warmup', 'quality_cases') else 1}")
     for name in ("seconds", "total_seconds", "shrink_seconds"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")

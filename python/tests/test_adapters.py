@@ -39,19 +39,10 @@ def test_flashinfer_decode_space_is_one_token_per_request():
 
 
 def import_transformers_model():
-    """Imports Qwen3-Next's modelling module with this folder off sys.path: transformers imports
-    the package `kernels` (Hugging Face's kernel hub) when it is there, and this folder's
-    kernels.py is not it."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    saved_path, saved_module = list(sys.path), sys.modules.pop("kernels", None)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    try:
-        importlib.import_module("transformers.models.qwen3_next.modeling_qwen3_next")
-    finally:
-        sys.path[:] = saved_path
-        sys.modules.pop("kernels", None)   # the hub's, if transformers imported it: `import kernels` is ours
-        if saved_module is not None:
-            sys.modules["kernels"] = saved_module
+    """Imports Qwen3-Next's modelling module, which defines the two torch functions. (The
+    planted-bug kernels of this folder are planted_kernels.py, not kernels.py, so that
+    transformers' `import kernels` finds Hugging Face's kernel hub, never them.)"""
+    importlib.import_module("transformers.models.qwen3_next.modeling_qwen3_next")
 
 
 @pytest.mark.skipif(not (has_module("torch") and has_module("transformers")), reason="needs torch and transformers")
@@ -89,7 +80,7 @@ def test_transformers_chunk_fails_where_a_gate_underflows(tmp_path):
 @pytest.mark.skipif(not has_module("torch"), reason="needs torch")
 def test_torch_kernel_convention(tmp_path):
     import torch
-    import kernels
+    import planted_kernels as kernels
 
     def torch_kernel(problem, x):
         assert all(isinstance(t, torch.Tensor) for t in x.values())

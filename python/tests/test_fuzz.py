@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 
 import gdn_testbed as gt
-import kernels
+import planted_kernels
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_correct_kernel_passes():
-    result = gt.check(kernels.GOOD, cases=60)
+    result = gt.check(planted_kernels.GOOD, cases=60)
     result.assert_pass()
     assert result.passed == 60 and result.failures == [] and result.worst_margin < 1
 
 
 def test_planted_bug_is_found_shrunk_and_saved(tmp_path):
-    result = gt.check(kernels.BAD, cases=300, out=tmp_path)
+    result = gt.check(planted_kernels.BAD, cases=300, out=tmp_path)
     assert not result.ok and len(result.failures) == 1
     failure = result.failures[0]
     shrunk = failure.verdict
@@ -35,18 +35,18 @@ def test_planted_bug_is_found_shrunk_and_saved(tmp_path):
     for part in ("shrunk case", "worst check", "margin", "replay", failure.file):
         assert part in message
     # The replay command names this test file's kernel and reruns it.
-    assert "--kernel" in failure.replay and "kernels.py:BAD" in failure.replay
+    assert "--kernel" in failure.replay and "planted_kernels.py:BAD" in failure.replay
     command = failure.replay.replace("python3 -m gdn_testbed", f"{sys.executable} -m gdn_testbed", 1)
     run = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=HERE)
     assert run.returncode == 1 and "FAIL" in run.stdout, run.stdout + run.stderr
-    assert gt.replay(kernels.BAD, failure.file).status == "FAIL"
-    assert gt.replay(kernels.GOOD, failure.file).status == "PASS"
+    assert gt.replay(planted_kernels.BAD, failure.file).status == "FAIL"
+    assert gt.replay(planted_kernels.GOOD, failure.file).status == "PASS"
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["format"] == "gdn-fuzz-results/1" and results["failures_total"] == 1
 
 
 def test_fuzz_counts_every_failure_and_saves_some(tmp_path):
-    result = gt.fuzz(kernels.BAD, cases=40, out=tmp_path, max_failures=2, shrink=False, progress=False)
+    result = gt.fuzz(planted_kernels.BAD, cases=40, out=tmp_path, max_failures=2, shrink=False, progress=False)
     assert result.cases == 40 and result.failures_total == result.failed >= 2
     assert len(result.failures) == 2 and all(os.path.exists(f.file) for f in result.failures)
 
@@ -57,8 +57,8 @@ def test_registered_fault_in_process(tmp_path):
 
 
 def test_unsupported_everywhere_is_not_a_pass(tmp_path):
-    k = gt.Kernel(kernels.recurrence, supports=lambda p: "nothing")
-    result = gt.check(k, kernels.SPACE, cases=5, out=tmp_path)
+    k = gt.Kernel(planted_kernels.recurrence, supports=lambda p: "nothing")
+    result = gt.check(k, planted_kernels.SPACE, cases=5, out=tmp_path)
     assert result.skipped == 5 and not result.ok
     with pytest.raises(AssertionError, match="no case was judged"):
         result.assert_pass()
@@ -68,33 +68,35 @@ def test_kernel_errors_are_errors(tmp_path):
     def broken(problem, x):
         raise RuntimeError("kernel exploded")
 
-    result = gt.check(gt.Kernel(broken, supports=kernels.supports), kernels.SPACE, cases=5, out=tmp_path)
+    result = gt.check(gt.Kernel(broken, supports=planted_kernels.supports), planted_kernels.SPACE, cases=5,
+                      out=tmp_path)
     assert result.errors == 1 and "kernel exploded" in result.failures[0].verdict.message
 
     def wrong_shape(problem, x):
         return {"o": np.zeros((1, 1, 1))}
 
-    result = gt.check(gt.Kernel(wrong_shape, supports=kernels.supports), kernels.SPACE, cases=5, out=tmp_path)
+    result = gt.check(gt.Kernel(wrong_shape, supports=planted_kernels.supports), planted_kernels.SPACE, cases=5,
+                      out=tmp_path)
     assert result.errors == 1 and "shape" in result.failures[0].verdict.message
 
     def late_unsupported(problem, x):
         raise gt.Unsupported("decided too late")
 
-    result = gt.check(gt.Kernel(late_unsupported), kernels.SPACE, cases=5, out=tmp_path)
+    result = gt.check(gt.Kernel(late_unsupported), planted_kernels.SPACE, cases=5, out=tmp_path)
     assert result.errors == 1 and "supports=" in result.failures[0].verdict.message
 
 
 def test_limits_are_required():
     with pytest.raises(ValueError, match="limit"):
-        gt.fuzz(kernels.GOOD, cases=0, seconds=0)
+        gt.fuzz(planted_kernels.GOOD, cases=0, seconds=0)
 
 
 PLUGIN_TEST = textwrap.dedent("""
     import gdn_testbed as gt
-    import kernels
+    import planted_kernels
 
     def test_kernel(gdn_check):
-        gdn_check(kernels.{name}, cases=150).assert_pass()
+        gdn_check(planted_kernels.{name}, cases=150).assert_pass()
 """)
 
 

@@ -22,13 +22,25 @@ makes that explicit: "triton" sets FLA_FLASH_QLA=0 for the call; "flash_qla" set
 checks that fla's FlashQLA backend actually ran (an ERROR otherwise, never a verdict labelled
 with the wrong kernel); "auto" leaves fla's choice. SPACE_CHUNK_FLASH_QLA is the space where
 the FlashQLA path applies.
+
+Precision design of the chunk function (both backends; docs/python.md, "Precision designs"):
+the chunk states h, W, U and v_new are stored in the input dtype (bf16/fp16) and are the
+operands of the next tensor-core products, with fp32 accumulation; the normalised q, k are
+stored in the input dtype too. Such a kernel is judged by OPERANDS_SINGLE (the chunked form with
+each computed operand rounded once to the input dtype); under the fp32 baseline its hT misses
+by three to four orders of magnitude by design. For fp32 inputs that baseline is the plain fp32
+emulation: Triton's tl.dot defaults to TF32 for fp32 operands, and fla's chunk kernels (apart
+from solve_tril, whose precision is FLA_TRIL_PRECISION, ieee by default) are taken to use that
+default (not verified kernel by kernel for fla 0.6); TF32 is not modelled, so that gap shows as
+a FAIL of the fp32 cases, which the design string names. fused_recurrent keeps its state in
+fp32 registers: the default budget.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 
-from ..kernel import Kernel
+from ..kernel import OPERANDS_SINGLE, Kernel
 from ..space import CaseSpace
 from . import cuda_available, has_module, package_versions, reasons
 
@@ -83,6 +95,11 @@ def _flash_qla_env(value: "str | None"):
                 os.environ.pop("FLA_FLASH_QLA", None)
             else:
                 os.environ["FLA_FLASH_QLA"] = old
+
+
+CHUNK_DESIGN = ("chunk states h, W, U, v_new and the normalised q, k stored in the input dtype (bf16/fp16) and "
+                "used as tensor-core operands, fp32 accumulation; for fp32 inputs Triton's default TF32 dots "
+                "(not modelled by the budget: an fp32 FAIL may be that design)")
 
 
 def call(function, problem, x: dict, *, chunk: bool):
@@ -142,6 +159,7 @@ def chunk(backend: str = "triton", device=None) -> Kernel:
 
     return Kernel(run, name=f"fla.chunk_gated_delta_rule[{backend}]", formulation="chunked", chunk_size=64,
                   arrays="torch", device=device, supports=_supports("chunk", backend),
+                  budget=OPERANDS_SINGLE, design=CHUNK_DESIGN,
                   space=SPACE_CHUNK_FLASH_QLA if backend == "flash_qla" else SPACE_CHUNK,
                   replay=f"gdn_testbed.adapters.fla:CHUNK_{backend.upper()}")
 

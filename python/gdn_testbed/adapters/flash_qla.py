@@ -8,10 +8,16 @@ B = 1 with cu_seqlens, GVA HV % H == 0, states [N, HV, K, V] (state_v_first: [N,
 o [B, T, HV, V] in q's dtype. It asserts bf16 or fp16 q, k, v; the chunk size is 64 on SM90
 and SM100 (32 on SM120). Gates are direct only (no in-kernel softplus); no state cache, no
 per-token states. auto_cp (intra-card context parallelism, on by default) is an argument here.
+
+Precision design (docs/python.md, "Precision designs"): as fla's chunk kernels, the chunk states
+and the computed tensor-core operands (W, U, v_new) are kept in the input dtype (bf16/fp16) with
+fp32 accumulation, so the kernel is judged by OPERANDS_SINGLE (the chunked form at C = 64 with
+every computed operand rounded once to the input dtype) and its accuracy against the fp32
+baseline is a quality figure. (On SM120 FlashQLA chunks by 32, which that model does not cover.)
 """
 from __future__ import annotations
 
-from ..kernel import Kernel
+from ..kernel import OPERANDS_SINGLE, Kernel
 from ..space import CaseSpace
 from . import cuda_available, has_module, package_versions, reasons
 
@@ -38,6 +44,10 @@ def supports(problem):
     )
 
 
+DESIGN = ("chunk states h, W, U, v_new stored in the input dtype (bf16/fp16) and used as tensor-core operands, "
+          "fp32 accumulation")
+
+
 def chunk(auto_cp: bool = True, device=None) -> Kernel:
     def run(problem, x):
         import torch
@@ -55,6 +65,7 @@ def chunk(auto_cp: bool = True, device=None) -> Kernel:
 
     return Kernel(run, name="flash_qla.chunk_gated_delta_rule" + ("" if auto_cp else "[auto_cp=False]"),
                   formulation="chunked", chunk_size=64, arrays="torch", device=device, supports=supports, space=SPACE,
+                  budget=OPERANDS_SINGLE, design=DESIGN,
                   replay="gdn_testbed.adapters.flash_qla:CHUNK" + ("" if auto_cp else "_NO_CP"))
 
 

@@ -15,12 +15,17 @@ returned whole as hT. Padding slots (-1) are left out of the space: vLLM leaves 
 rows unwritten (its callers ignore them), where the spec defines zeros. Speculative-decode
 acceptance counts (num_accepted_tokens) have no counterpart in the Problem yet: not exercised.
 Everything else is SKIPPED by supports.
+
+Precision design: the chunk function is fla's chunk kernels, so it declares fla's design
+(fla.CHUNK_DESIGN, budget OPERANDS_SINGLE: docs/python.md, "Precision designs"); the recurrent
+function keeps its state in fp32 and is judged by the default budget.
 """
 from __future__ import annotations
 
-from ..kernel import Kernel
+from ..kernel import OPERANDS_SINGLE, Kernel
 from ..space import CaseSpace
 from . import cuda_available, has_module, package_versions, reasons
+from .fla import CHUNK_DESIGN
 
 SPACE_CHUNK = CaseSpace("chunked", input_dtypes=["bf16", "f16"], fused_gates="off", v_major="off", state_cache="off",
                         intermediate_states="off", max_K=256, max_V=256)
@@ -71,7 +76,8 @@ def chunk(device=None) -> Kernel:
         return out
 
     return Kernel(run, name="vllm.fla.chunk_gated_delta_rule", formulation="chunked", chunk_size=64, arrays="torch",
-                  device=device, supports=supports_chunk, space=SPACE_CHUNK, replay="gdn_testbed.adapters.vllm:CHUNK")
+                  device=device, supports=supports_chunk, space=SPACE_CHUNK, budget=OPERANDS_SINGLE,
+                  design=CHUNK_DESIGN, replay="gdn_testbed.adapters.vllm:CHUNK")
 
 
 def recurrent(device=None) -> Kernel:
