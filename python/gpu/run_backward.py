@@ -76,7 +76,7 @@ def run_subject(name, module, factory, formulation, dtypes, cases, seconds, out)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU only in a dry run here
     record["device"] = device
     forward = eval(f"adapter.{factory}", {"adapter": adapter, "device": device})
-    kernel = gt.autograd_kernel(forward.fn, name=f"{name} (autograd)", formulation=formulation, chunk_size=64,
+    kernel = gt.autograd_kernel(forward.fn, name=f"{name}.autograd", formulation=formulation, chunk_size=64,
                                 supports=forward.supports, device=device)
     space = subject_space(gt, module, dtypes)
     record["space"] = space.to_json()
@@ -89,7 +89,7 @@ def run_subject(name, module, factory, formulation, dtypes, cases, seconds, out)
                              "summary": f.verdict.summary(), "replay": f.replay} for f in summary.failures[:4]])
     # Determinism: the same inputs twice, bits compared per gradient; a drawn case and a long one.
     det = []
-    long_space = space.replace(min_sequences=2, max_sequences=2, length_values=[2048], max_work=1e9,
+    long_space = space.replace(min_sequences=2, max_sequences=2, length_values=[2048], min_length=1, max_work=1e9,
                                input_dtypes=[dtypes[0]])
     for label, seed, sp in (("drawn", 7, space), ("2 x 2048 tokens", 11, long_space)):
         if time.monotonic() - start > seconds:
@@ -120,6 +120,9 @@ def main():
     parser.add_argument("--cases", type=int, default=20)
     parser.add_argument("--total-seconds", type=float, default=300)
     parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--subjects", default="all",
+                        help="comma-separated subject names (default all); transformers' must run where fla "
+                             "is not importable (python/gpu/README.md)")
     parser.add_argument("--subject", help=argparse.SUPPRESS)  # the subprocess's own entry
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -135,8 +138,12 @@ def main():
         return 0
     began = time.monotonic()
     records = []
-    per = args.total_seconds / len(SUBJECTS)
-    for name, *_ in SUBJECTS:
+    chosen = [s for s in SUBJECTS if args.subjects == "all" or s[0] in args.subjects.split(",")]
+    unknown = set(args.subjects.split(",")) - {s[0] for s in SUBJECTS} if args.subjects != "all" else set()
+    if unknown or not chosen:
+        parser.error(f"--subjects: unknown {sorted(unknown)} (known: {', '.join(s[0] for s in SUBJECTS)})")
+    per = args.total_seconds / len(chosen)
+    for name, *_ in chosen:
         left = args.total_seconds - (time.monotonic() - began)
         cap = max(30.0, min(left, 2 * per))
         if left < 20:
@@ -156,8 +163,11 @@ def main():
         print(json.dumps({k: record.get(k) for k in ("subject", "status", "cases", "passed", "failed", "errors",
                                                       "worst_margin", "wall_seconds")}), flush=True)
         records.append(record)
-    device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip()
+    try:
+        device = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        device = "no GPU (nvidia-smi absent)"
     result = {"format": "gdn-backward-verdicts/1", "device": device,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "commit": args.commit, "command": "python3 python/gpu/run_backward.py " + " ".join(sys.argv[1:]),

@@ -77,7 +77,9 @@ def _supports(variant: str, backend: str):
         if why is None and backend == "flash_qla":
             why = reasons((problem.input_dtype not in ("bf16", "f16"), "FlashQLA takes bf16 and fp16 only"),
                           (problem.K != 128 or problem.V != 128, "fla sends only K = V = 128 to FlashQLA"),
-                          (problem.gate_mode == "fused", "fla sends only direct gates to FlashQLA"))
+                          (problem.gate_mode == "fused", "fla sends only direct gates to FlashQLA"),
+                          (any(problem.seq_len(n) == 0 for n in range(problem.N)),
+                           "an empty sequence: FlashQLA 0.1.3 raises ValueError('invalid sequence lengths')"))
         return why
     return supports
 

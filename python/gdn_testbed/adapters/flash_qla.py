@@ -38,6 +38,9 @@ def supports(problem):
     return reasons(
         (problem.input_dtype not in ("bf16", "f16"), "FlashQLA takes bf16 and fp16 q, k, v only"),
         (problem.K != 128 or problem.V != 128, "FlashQLA's kernels are built for K = V = 128"),
+        (any(problem.seq_len(n) == 0 for n in range(problem.N)),
+         "an empty sequence: FlashQLA 0.1.3 raises ValueError('invalid sequence lengths') on one (its context-"
+         "parallel planner), a stated limitation rather than a wrong result"),
         (problem.gate_mode == "fused", "no fused gates: FlashQLA takes g in log space and beta"),
         (problem.uses_state_cache, "no state cache: one dense state per sequence"),
         (problem.store_intermediate_states, "per-token states are not an output"),
