@@ -4,7 +4,8 @@
 # STEP: conformance | fuzz | replay | generate-verify | merge | usage | installed (needs
 # BUILD_DIR: `cmake --install` there, then the installed binary elsewhere), and the regressions of
 # issue 29: verify-empty | batch-errors | merge-checked | fuzz-args | fuzz-lock |
-# stale-temporaries | generate-force
+# stale-temporaries | generate-force; generate-verify-backward (BUILD_DIR: the Python package's
+# staging folder)
 set -euo pipefail
 repro=$(cd "$(dirname "$0")/../oracle/tests/repro" && pwd)
 bin=$1
@@ -288,6 +289,60 @@ generate-force)
   test "$(ls g/*.safetensors | wc -l)" = 3
   "$bin" generate --out g --cases 1 --seed 2 --force > /dev/null
   test "$(ls g/*.safetensors | wc -l)" = 1
+  ;;
+generate-verify-backward)
+  # The backward through case files (gdn-case/2): generate --backward writes dO (and dhT); an
+  # adapter (the gdn_testbed package of this build, $4 its staging folder) writes the exact
+  # gradients from the reference, and for half the files the exact outputs too: verify passes,
+  # with checks named dq ... dh0. The same with dbeta (db with fused gates) x 1.01: every
+  # verdict FAILs on that tensor. Exit 77 (SKIPPED) without the Python package.
+  stage=${4:-}
+  if [ -z "$stage" ] || ! PYTHONPATH="$stage" python3 -c 'import gdn_testbed as g; g.read_case_file' 2>/dev/null; then
+    echo "SKIPPED: the gdn_testbed Python package of this build is not at '$stage'"; exit 77
+  fi
+  "$bin" generate --out cases --cases 10 --seed 3 --backward --max-K 16 --max-V 16 --max-work 20000 > /dev/null
+  cat > adapter.py <<'PY'
+import glob, os, sys
+import gdn_testbed as gt
+source, out, planted = sys.argv[1], sys.argv[2], sys.argv[3] == "planted"
+os.makedirs(out, exist_ok=True)
+for i, path in enumerate(sorted(glob.glob(os.path.join(source, "*.safetensors")))):
+    c = gt.read_case_file(path)
+    assert c.backward is not None and c.gradients is None, path
+    grads = gt.sequential_backward(c.problem, c.inputs, c.backward["dO"], c.backward["dhT"])
+    if planted:
+        name = "dbeta" if "dbeta" in grads else "db"
+        grads[name] = grads[name] * 1.01
+    outputs = gt.sequential(c.problem, c.inputs) if i % 2 == 0 else None
+    meta = dict(c.metadata, **{"gdn.implementation": "tests.adapter", "gdn.formulation": "sequential"})
+    gt.write_case_file(os.path.join(out, os.path.basename(path)), c.problem, c.inputs, outputs, meta,
+                       c.backward, grads)
+PY
+  PYTHONPATH="$stage" python3 adapter.py cases exact exact
+  PYTHONPATH="$stage" python3 adapter.py cases planted planted
+  "$bin" verify exact --json exact.json > exact.txt
+  expect_rc 1 "$bin" verify planted --json planted.json
+  "$bin" replay exact/case-00000.safetensors --expect pass > replay.txt
+  python3 - <<'PY'
+import json
+exact = json.load(open("exact.json"))["verdicts"]
+assert len(exact) == 10 and all(v["status"] == "PASS" for v in exact), [(v["case"], v["status"], v["message"]) for v in exact]
+for i, v in enumerate(exact):
+    tensors = [c["tensor"] for c in v["checks"]]
+    assert tensors[:1] == (["o"] if i % 2 == 0 else ["dq"]), tensors
+    assert {"dq", "dk", "dv"} <= set(tensors) and ({"dg", "dbeta"} <= set(tensors) or {"da", "db"} <= set(tensors)), tensors
+# A 1% error of dbeta is caught where it exceeds the budget (relative to dbeta's term
+# magnitudes: a dbeta that cancels far below its terms hides it): most cases, never another tensor.
+planted = json.load(open("planted.json"))["verdicts"]
+statuses = [v["status"] for v in planted]
+assert len(planted) == 10 and "ERROR" not in statuses and statuses.count("FAIL") >= 5, statuses
+for v in planted:
+    failing = {c["tensor"] for c in v["checks"] if not c["pass"]}
+    assert failing <= {"dbeta", "db"} and bool(failing) == (v["status"] == "FAIL"), (failing, v["status"])
+first = next(i for i, v in enumerate(planted) if v["status"] == "FAIL")
+open("planted_fail.txt", "w").write(f"planted/case-{first:05d}.safetensors")
+PY
+  expect_rc 0 "$bin" replay "$(cat planted_fail.txt)" --expect fail
   ;;
 *)
   echo "unknown step $step"; exit 2 ;;

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
+
+#include "oracle/backward_budget.hpp"
 
 namespace gdn::cli {
 
@@ -67,6 +70,46 @@ std::string not_a_regular_file(const std::string& path) {
   return "is not a regular file";
 }
 
+oracle::Verdict judge_file_gradients(const oracle::CaseFile& c, const std::string& case_name,
+                                     const std::string& implementation, const oracle::BudgetOptions& budget) {
+  if (!c.gradients || !c.backward)
+    throw std::invalid_argument("judge_file_gradients: the case holds no gradients and cotangents");
+  oracle::BudgetOptions b = budget;
+  std::string note;
+  if (b.model == oracle::BudgetModel::calibrated && b.baseline != oracle::BudgetBaseline::emulation) {
+    // The operand model is the chunked forward kernel's; gradients are calibrated on the fp32
+    // emulation of the backward, their one baseline.
+    b.baseline = oracle::BudgetBaseline::emulation;
+    note = "gradients: the backward has no operand model, judged with " + b.describe();
+  }
+  // The one parser of the gdn.* judge keys, as for the outputs (a malformed value throws).
+  const oracle::JudgeSettings settings = oracle::judge_settings(c.metadata, c.problem, case_name);
+  oracle::BackwardContext context(case_name, c.problem, c.inputs, *c.backward);
+  const oracle::Verdict v =
+      b.model == oracle::BudgetModel::bitwise
+          ? oracle::evaluate_gradients(implementation, settings.formulation, settings.chunk_size, context,
+                                       *c.gradients, b, &context.exact().value)
+          : oracle::evaluate_gradients(implementation, settings.formulation, settings.chunk_size, context,
+                                       *c.gradients, b);
+  if (note.empty()) return v;
+  oracle::Verdict out = v;
+  out.message = note + (v.message.empty() ? "" : "; " + v.message);
+  return out;
+}
+
+oracle::Verdict combine_verdicts(oracle::Verdict f, const oracle::Verdict& b) {
+  using oracle::Status;
+  const auto rank = [](Status s) { return s == Status::error ? 3 : s == Status::fail ? 2 : s == Status::pass ? 0 : 1; };
+  if (rank(b.status) > rank(f.status)) f.status = b.status;
+  f.checks.insert(f.checks.end(), b.checks.begin(), b.checks.end());
+  f.metrics.insert(f.metrics.end(), b.metrics.begin(), b.metrics.end());
+  f.baseline_metrics.insert(f.baseline_metrics.end(), b.baseline_metrics.begin(), b.baseline_metrics.end());
+  if (!b.budget.empty() && b.budget != f.budget) f.budget += "; gradients: " + b.budget;
+  if (!b.message.empty()) f.message += (f.message.empty() ? "" : "; ") + b.message;
+  f.seconds += b.seconds;
+  return f;
+}
+
 namespace {
 
 // The message of an exception, with the path in front unless it already names it.
@@ -80,17 +123,27 @@ oracle::Verdict judge_case(const oracle::CaseFile& c, const std::string& path,
                            const std::optional<oracle::BudgetOptions>& budget, const EntryLookup& find_entry) {
   const std::string name = c.meta("gdn.implementation", "(unnamed)");
   try {
-    if (!c.outputs)
+    if (!c.outputs && !c.gradients)
       return error_verdict(c.meta("gdn.case_name", path), name,
-                           path + " holds no outputs (out.o): run the external implementation on it first");
+                           path + " holds no outputs (out.o) and no gradients (out.dq ...): run the external "
+                                  "implementation on it first");
     const oracle::RegistryEntry* entry = find_entry && c.metadata.count("gdn.implementation") ? find_entry(name) : nullptr;
     std::string note;
     const oracle::BudgetOptions b = file_budget(c, budget, entry, &note);
     const oracle::JudgeSettings settings = oracle::judge_settings(c.metadata, c.problem, path);
     const Formulation formulation = settings.formulation;
     const int chunk_size = settings.chunk_size;
-    oracle::CaseContext context(c.meta("gdn.case_name", path), c.problem, c.inputs);
-    oracle::Verdict v = oracle::evaluate_outputs(name, formulation, chunk_size, context, *c.outputs, b);
+    const std::string case_name = c.meta("gdn.case_name", path);
+    std::optional<oracle::Verdict> forward;
+    if (c.outputs) {
+      oracle::CaseContext context(case_name, c.problem, c.inputs);
+      forward = oracle::evaluate_outputs(name, formulation, chunk_size, context, *c.outputs, b);
+    }
+    // A file with gradients: the backward judged too, its checks named dq ... dh0 in the same
+    // verdict.
+    oracle::Verdict v = !c.gradients ? *forward
+                        : forward    ? combine_verdicts(*forward, judge_file_gradients(c, case_name, name, b))
+                                     : judge_file_gradients(c, case_name, name, b);
     // The file's path first, then why the budget was chosen, then the oracle's own explanation
     // (non-finite errors or budgets are explained there).
     std::string message = note.empty() ? path : path + "; " + note;

@@ -24,8 +24,9 @@ bool budget_no_looser(const oracle::BudgetOptions& candidate, const oracle::Budg
 oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
                                   const oracle::RegistryEntry* entry, std::string* note = nullptr);
 
-// Judges the outputs a case file holds. Never throws: a file that cannot be read, is not a
-// regular file (a folder, a FIFO: refused before it is opened), holds no outputs, or cannot be
+// Judges the outputs and the gradients a case file holds (one verdict; its checks name o, hT,
+// ... and dq ... dh0). Never throws: a file that cannot be read, is not a regular file (a
+// folder, a FIFO: refused before it is opened), holds neither outputs nor gradients, or cannot be
 // judged (a budget that does not apply, a malformed key) is one ERROR verdict naming the path
 // and the reason. `find_entry` maps gdn.implementation to a registered entry (may return null).
 using EntryLookup = std::function<const oracle::RegistryEntry*(const std::string& name)>;
@@ -36,6 +37,22 @@ oracle::Verdict judge_case_file(const std::string& path, const std::optional<ora
 // The same for a file already decoded (the fuzz target judges bytes; `path` names it).
 oracle::Verdict judge_case(const oracle::CaseFile& c, const std::string& path,
                            const std::optional<oracle::BudgetOptions>& budget, const EntryLookup& find_entry);
+
+// The gradients a case file holds (out.dq ... out.dh0, gdn-case/2) judged like its outputs:
+// oracle::BackwardContext on the file's problem, inputs and cotangents (in.dO, in.dhT), the
+// exact backward in double, the file's formulation and chunk size, one check per gradient
+// (docs/budgets.md "Gradients"). `budget` is the one chosen for the file (file_budget); the
+// backward has no operand model, so a calibrated budget's baseline is the emulation (a note says
+// so when the file's budget named another); bitwise compares with the exact gradients bit for
+// bit, as it does outputs. Throws (ProblemError, std::invalid_argument) where judging fails;
+// the callers turn that into an ERROR verdict. Needs c.gradients and c.backward.
+oracle::Verdict judge_file_gradients(const oracle::CaseFile& c, const std::string& case_name,
+                                     const std::string& implementation, const oracle::BudgetOptions& budget);
+
+// One verdict for one file from its forward's and its backward's verdicts: the checks (o, hT,
+// ... then dq ... dh0), metrics and messages of both; ERROR if either is, else FAIL if either
+// fails, else PASS.
+oracle::Verdict combine_verdicts(oracle::Verdict forward, const oracle::Verdict& backward);
 
 // An ERROR verdict for `path` (case name) with `message`.
 oracle::Verdict error_verdict(const std::string& path, const std::string& implementation, const std::string& message);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype_codec.hpp"
+#include "oracle/metrics.hpp"
 #include "reference/precision.hpp"
 
 static_assert(sizeof(float) == 4 && sizeof(double) == 8, "IEEE binary32/binary64 expected");
@@ -573,6 +574,67 @@ DType lossless_dtype(DType preferred, const HostTensor<double>& t) {
   return DType::f64;
 }
 
+// The backward's tensors in a file (gdn-case/2): the cotangents and the gradients, named after
+// the forward's tensors. The gradients are those of core/gradients.hpp, in its order.
+constexpr const char* kDO = "in.dO";
+constexpr const char* kDhT = "in.dhT";
+
+// The forward input a gradient differentiates ("dq" -> q): Gradients' contract is that a
+// gradient is defined exactly when that input is used, so the inputs decide which gradients a
+// case has.
+const HostTensor<double>& input_of_gradient(const Inputs& in, const std::string& gradient) {
+  static const HostTensor<double> none;
+  const std::string x = gradient.substr(1);
+  if (x == "q") return in.q;
+  if (x == "k") return in.k;
+  if (x == "v") return in.v;
+  if (x == "g") return in.g;
+  if (x == "beta") return in.beta;
+  if (x == "a") return in.a;
+  if (x == "b") return in.b;
+  if (x == "A_log") return in.A_log;
+  if (x == "dt_bias") return in.dt_bias;
+  if (x == "h0") return in.h0;
+  return none;
+}
+
+// The metrics' name of a gradient ("dq" -> OutputTensor::dq): its storage dtype and shape come
+// from oracle::output_dtype / output_shape.
+OutputTensor gradient_tensor(const std::string& name) {
+  for (OutputTensor t : {OutputTensor::dq, OutputTensor::dk, OutputTensor::dv, OutputTensor::dg, OutputTensor::dbeta,
+                         OutputTensor::da, OutputTensor::db, OutputTensor::dA_log, OutputTensor::ddt_bias,
+                         OutputTensor::dh0})
+    if (name == output_tensor_name(t)) return t;
+  throw std::logic_error("case_file: '" + name + "' is not a gradient");
+}
+
+// "out.dq", "out.dk", ...: every gradient name a file may hold, whatever the problem.
+std::vector<std::string> gradient_file_names() {
+  std::vector<std::string> names;
+  Gradients<double>{}.for_each([&](const char* name, const HostTensor<double>&) { names.push_back(std::string("out.") + name); });
+  return names;
+}
+
+// The gradients the problem has, "dq, dk, dv, dg, dbeta, dh0": for errors.
+std::string gradient_list(const Inputs& in) {
+  std::string list;
+  Gradients<double>{}.for_each([&](const char* name, const HostTensor<double>&) {
+    if (input_of_gradient(in, name).defined()) list += (list.empty() ? "" : ", ") + std::string(name);
+  });
+  return list;
+}
+
+// The backward's scope (docs/backward.md, "Scope"), as a case file states it: the reason the
+// problem cannot carry dO, or "" when it can. The same words for the reader and the writer.
+std::string backward_out_of_scope(const Problem& p) {
+  if (p.uses_state_cache())
+    return "the backward does not cover state caches (state_slots = " + std::to_string(p.state_slots) +
+           "; docs/backward.md, Scope)";
+  if (p.store_intermediate_states)
+    return "the backward does not cover per-token states (store_intermediate_states; docs/backward.md, Scope)";
+  return "";
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> encode_case(const CaseFile& c) {
@@ -613,6 +675,44 @@ std::vector<std::uint8_t> encode_case(const CaseFile& c) {
     if (p.has_hT) add("out.hT", o.hT, p.state_shape(), DType::f32);
     if (p.store_intermediate_states) add("out.intermediate", o.intermediate, p.intermediate_shape(), DType::f32);
   }
+  // The backward's tensors, under the rules the reader enforces (it never reads back a file
+  // this refuses, and this never writes one it refuses).
+  if (c.gradients && !c.backward)
+    throw CaseFileError("encode_case: gradients need the backward's inputs (dO) they were computed from");
+  if (c.backward) {
+    const BackwardInputs& b = *c.backward;
+    if (const std::string why = backward_out_of_scope(p); !why.empty())
+      throw CaseFileError("encode_case: the backward's inputs (dO): " + why);
+    if (b.dO.shape() != p.v_shape())
+      throw CaseFileError("encode_case: dO has shape " + (b.dO.defined() ? shape_string(b.dO.shape()) : "(missing)") +
+                          ", the problem's is " + shape_string(p.v_shape()));
+    file.tensors.push_back(encode_floats(kDO, p.input_dtype, b.dO, true));
+    if (b.dhT.defined()) {
+      if (!p.has_hT)
+        throw CaseFileError("encode_case: dhT needs has_hT (the loss cannot depend on a final state the problem "
+                            "does not output)");
+      if (b.dhT.shape() != p.state_shape())
+        throw CaseFileError("encode_case: dhT has shape " + shape_string(b.dhT.shape()) + ", the problem's is " +
+                            shape_string(p.state_shape()));
+      file.tensors.push_back(encode_floats(kDhT, DType::f32, b.dhT, true));
+    }
+    file.metadata["gdn.format"] = kCaseFormatBackward;
+  }
+  if (c.gradients) {
+    c.gradients->for_each([&](const char* name, const HostTensor<double>& t) {
+      const bool wanted = input_of_gradient(c.inputs, name).defined();
+      if (!wanted && t.defined())
+        throw CaseFileError(std::string("encode_case: gradient '") + name +
+                            "' is not one of this problem's (" + gradient_list(c.inputs) + ")");
+      if (!wanted) return;
+      const OutputTensor tensor = gradient_tensor(name);
+      if (t.shape() != output_shape(p, tensor))
+        throw CaseFileError(std::string("encode_case: gradient '") + name + "' has shape " +
+                            (t.defined() ? shape_string(t.shape()) : std::string("(missing)")) +
+                            ", the problem's is " + shape_string(output_shape(p, tensor)));
+      file.tensors.push_back(encode_floats(std::string("out.") + name, lossless_dtype(output_dtype(p, tensor), t), t));
+    });
+  }
   return serialize_safetensors(file);
 }
 
@@ -621,8 +721,9 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
   CaseFile c;
   c.metadata = file.metadata;
   const std::string format = c.meta("gdn.format");
-  if (format != kCaseFormat)
-    fail(what, "__metadata__ 'gdn.format' must be '" + std::string(kCaseFormat) + "', got " + quoted(format));
+  if (format != kCaseFormat && format != kCaseFormatBackward)
+    fail(what, "__metadata__ 'gdn.format' must be '" + std::string(kCaseFormat) + "' or '" + kCaseFormatBackward +
+                   "', got " + quoted(format));
   if (!file.metadata.count("gdn.problem")) fail(what, "__metadata__ has no 'gdn.problem'");
   const nlohmann::json problem_json = parse_json_strict(file.metadata.at("gdn.problem"), what, "'gdn.problem'");
   try {
@@ -632,28 +733,50 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
   }
   const Problem& p = c.problem;
   c.settings = judge_settings(c.metadata, p, what);
+  // The backward's rules, from the tensor names alone (before the cost, which they change).
+  const std::vector<std::string> gradient_names = gradient_file_names();
+  std::string first_gradient;
+  for (const std::string& name : gradient_names)
+    if (first_gradient.empty() && file.find(name)) first_gradient = name;
+  const bool has_dO = file.find(kDO) != nullptr, has_dhT = file.find(kDhT) != nullptr;
+  if (format == kCaseFormat) {
+    const std::string backward_tensor = has_dO ? kDO : has_dhT ? kDhT : first_gradient;
+    if (!backward_tensor.empty())
+      fail(what, "tensor '" + backward_tensor + "' is a backward tensor, which gdn.format '" + kCaseFormat +
+                     "' does not hold (the backward's tensors need '" + kCaseFormatBackward + "')");
+  }
+  if (!first_gradient.empty() && !has_dO)
+    fail(what, "tensor '" + first_gradient + "' needs 'in.dO': gradients are judged against the backward of the dO "
+                   "they were computed from, which the file must hold");
+  if (has_dhT && !has_dO)
+    fail(what, "tensor 'in.dhT' needs 'in.dO' (the backward's dO is required, dhT optional)");
+  if (has_dO) {
+    if (const std::string why = backward_out_of_scope(p); !why.empty()) fail(what, "tensor 'in.dO': " + why);
+  }
+  if (has_dhT && !p.has_hT)
+    fail(what, "tensor 'in.dhT' needs has_hT (the loss cannot depend on a final state the problem does not output)");
   // What the tensors hold is bounded by the file's size; what the problem makes the judge
-  // compute (states, per-token states, references) is not: a header of a few hundred bytes can
-  // describe gigabytes. Estimate it before anything is decoded or run.
-  const std::string over = exceeded_limit(estimate_cost(p, c.settings.formulation, c.settings.chunk_size, size), limits);
+  // compute (states, per-token states, references, the backward) is not: a header of a few
+  // hundred bytes can describe gigabytes. Estimate it before anything is decoded or run.
+  const std::string over =
+      exceeded_limit(estimate_cost(p, c.settings.formulation, c.settings.chunk_size, size, has_dO), limits);
   if (!over.empty()) fail(what, over);
   std::set<std::string> used;
-  auto tensor = [&](const char* name) -> const RawTensor& {
+  auto tensor = [&](const std::string& name) -> const RawTensor& {
     const RawTensor* t = file.find(name);
-    if (!t) fail(what, std::string("tensor '") + name + "' is missing (the problem needs it)");
+    if (!t) fail(what, "tensor '" + name + "' is missing (the problem needs it)");
     used.insert(name);
     return *t;
   };
-  auto floats = [&](const char* name, const Shape& shape, const std::vector<DType>& allowed) {
+  auto floats = [&](const std::string& name, const Shape& shape, const std::vector<DType>& allowed) {
     const RawTensor& raw = tensor(name);
     DType dtype;
     std::string names;
     for (DType d : allowed) names += std::string(names.empty() ? "" : " or ") + safetensors_name(d);
     if (!float_dtype(raw.dtype, &dtype) || std::find(allowed.begin(), allowed.end(), dtype) == allowed.end())
-      fail(what, std::string("tensor '") + name + "' must have dtype " + names + ", got " + raw.dtype);
+      fail(what, "tensor '" + name + "' must have dtype " + names + ", got " + raw.dtype);
     if (raw.shape != shape)
-      fail(what, std::string("tensor '") + name + "' must have shape " + shape_string(shape) + ", got " +
-                     shape_string(raw.shape));
+      fail(what, "tensor '" + name + "' must have shape " + shape_string(shape) + ", got " + shape_string(raw.shape));
     return decode_floats(raw, dtype);
   };
   {
@@ -701,11 +824,20 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
     c.inputs.state_indices.resize(static_cast<std::size_t>(p.N()));
     if (p.N() > 0) std::memcpy(c.inputs.state_indices.data(), idx.bytes.data(), idx.bytes.size());
   }
+  if (has_dO) {
+    // dO in the input dtype (the gradient of o, exactly representable there: §6), dhT in fp32.
+    BackwardInputs b;
+    b.dO = floats(kDO, p.v_shape(), input);
+    if (has_dhT) b.dhT = floats(kDhT, p.state_shape(), f32);
+    c.backward = std::move(b);
+  }
+  static const HostTensor<double> absent;
   // Every input value must be finite: the first bad element is named.
   const std::pair<const char*, const HostTensor<double>*> inputs[] = {
       {"q", &c.inputs.q},         {"k", &c.inputs.k},          {"v", &c.inputs.v},      {"g", &c.inputs.g},
       {"beta", &c.inputs.beta},   {"a", &c.inputs.a},          {"b", &c.inputs.b},      {"A_log", &c.inputs.A_log},
-      {"dt_bias", &c.inputs.dt_bias}, {"h0", &c.inputs.h0}};
+      {"dt_bias", &c.inputs.dt_bias}, {"h0", &c.inputs.h0},
+      {kDO, c.backward ? &c.backward->dO : &absent}, {kDhT, c.backward ? &c.backward->dhT : &absent}};
   for (const auto& [name, tensor] : inputs) {
     const std::int64_t bad = first_nonfinite(*tensor, std::string(name) == "g");
     if (bad >= 0)
@@ -720,12 +852,27 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
     if (p.store_intermediate_states) o.intermediate = floats("out.intermediate", p.intermediate_shape(), any_float);
     c.outputs = std::move(o);
   }
-  for (const RawTensor& t : file.tensors)
-    if (!used.count(t.name))
-      fail(what, "tensor '" + t.name + "' is not part of this problem" +
-                     (t.name.rfind("out.", 0) == 0 ? " (outputs need out.o, and out.hT / out.intermediate only when "
-                                                     "the problem asks for them)"
-                                                   : ""));
+  if (!first_gradient.empty()) {
+    // A file with gradients holds every gradient the problem has (one missing is an error, not
+    // a tensor left unjudged), in any float dtype (normally output_dtype's).
+    Gradients<double> g;
+    g.for_each([&](const char* name, HostTensor<double>& t) {
+      if (input_of_gradient(c.inputs, name).defined())
+        t = floats(std::string("out.") + name, output_shape(p, gradient_tensor(name)), any_float);
+    });
+    c.gradients = std::move(g);
+  }
+  for (const RawTensor& t : file.tensors) {
+    if (used.count(t.name)) continue;
+    std::string hint;
+    if (std::find(gradient_names.begin(), gradient_names.end(), t.name) != gradient_names.end())
+      hint = " (its gradients are those of the inputs it uses: " + gradient_list(c.inputs) + ")";
+    else if (t.name.rfind("out.", 0) == 0)
+      hint = " (outputs need out.o, and out.hT / out.intermediate only when the problem asks for them)";
+    else if (t.name.rfind("in.", 0) == 0)
+      hint = " (the backward's inputs are in.dO and in.dhT)";
+    fail(what, "tensor '" + t.name + "' is not part of this problem" + hint);
+  }
   try {
     validate(p, c.inputs);
   } catch (const ProblemError& e) {

@@ -2,7 +2,8 @@
 // Case files: one problem, its inputs, optionally an implementation's outputs, and metadata, in
 // a safetensors container. Schema and the rules the reader enforces: docs/case_files.md.
 // Two levels: the container (any safetensors file, parsed and checked byte for byte) and the
-// case (the gdn-case/1 schema on top of it, checked against the Problem).
+// case (the gdn-case/1 schema, or gdn-case/2 with the backward's tensors, on top of it, checked
+// against the Problem).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/gradients.hpp"
 #include "core/implementation.hpp"
 #include "core/problem.hpp"
 #include "oracle/budget.hpp"
@@ -65,7 +67,13 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path,
 
 // ---- case level --------------------------------------------------------------------------
 
+// gdn-case/1: the forward (inputs, out.o, out.hT, out.intermediate). gdn-case/2 adds the
+// backward: in.dO, in.dhT and out.dq ... out.dh0. The writer names the oldest version that holds
+// the file (gdn-case/1 unless it has backward tensors), so readers of gdn-case/1 keep reading
+// every forward-only file; the reader takes both, and refuses backward tensors in a gdn-case/1
+// file.
 constexpr const char* kCaseFormat = "gdn-case/1";
+constexpr const char* kCaseFormatBackward = "gdn-case/2";
 
 nlohmann::json problem_to_json(const Problem& problem);
 // Strict: every key required, types checked; then Problem::validate(). Throws CaseFileError.
@@ -91,6 +99,13 @@ struct CaseFile {
   Inputs inputs;
   // out.* tensors, widened to double. Absent for inputs-only files.
   std::optional<Outputs<double>> outputs;
+  // The backward's inputs, in.dO (required) and in.dhT (only with has_hT; undefined when absent,
+  // i.e. zero), widened to double (gdn-case/2). Only for problems the backward covers: no state
+  // cache, no per-token states (docs/backward.md, "Scope").
+  std::optional<BackwardInputs> backward;
+  // out.dq ... out.dh0 widened to double (gdn-case/2): exactly the gradients the problem has
+  // (a tensor defined iff the input it differentiates is used), only with `backward`.
+  std::optional<Gradients<double>> gradients;
   // Everything in __metadata__, gdn.format and gdn.problem included (the writer sets those two
   // from `problem` and overrides whatever the map says).
   std::map<std::string, std::string> metadata;
@@ -101,16 +116,20 @@ struct CaseFile {
   std::string meta(const std::string& key, const std::string& fallback = "") const;
 };
 
-// Serialises the case: inputs in the dtypes the Problem names, outputs in the narrowest of
-// (the output's dtype, F32, F64) that holds every value exactly, so nothing is lost.
-// Throws CaseFileError when an input is not representable in its dtype (the Inputs contract)
-// or not finite (what the reader refuses).
+// Serialises the case: inputs in the dtypes the Problem names (dO in the input dtype, dhT in
+// F32), outputs and gradients in the narrowest of (their storage dtype, oracle::output_dtype;
+// F32; F64) that holds every value exactly, so nothing is lost. gdn.format is gdn-case/2 when
+// the case has backward tensors, else gdn-case/1. Throws CaseFileError when an input is not
+// representable in its dtype (the Inputs contract) or not finite, or when the backward's
+// tensors break a rule of the reader (what the reader refuses).
 std::vector<std::uint8_t> encode_case(const CaseFile& case_file);
 // Checks, in this order, each before the memory or work it guards: the container, gdn.format,
-// gdn.problem, the judge settings, the estimated cost against `limits` (estimate_cost), then
+// gdn.problem, the judge settings, the backward's rules (backward tensors only in gdn-case/2;
+// gradients and dhT only with dO; dhT only with has_hT; dO not with a state cache or per-token
+// states), the estimated cost against `limits` (estimate_cost, the backward's included), then
 // the tensors against the problem, and every input value finite (q, k, v, g, beta, a, b, A_log,
-// dt_bias, h0: the first bad element is named). Outputs may hold NaN or Inf: they are judged,
-// not rejected. Throws CaseFileError naming `what` and the rule.
+// dt_bias, h0, in.dO, in.dhT: the first bad element is named). Outputs and gradients may hold
+// NaN or Inf: they are judged, not rejected. Throws CaseFileError naming `what` and the rule.
 CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::string& what = "<memory>",
                      const CaseLimits& limits = {});
 

@@ -3,7 +3,10 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
+#include <random>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -578,4 +581,374 @@ TEST_CASE("the cost estimate bounds memory and work before anything is decoded",
                     Catch::Contains("over the limit of " + std::to_string(small.bytes - 1) + " bytes"));
   CHECK_THROWS_WITH(decode_case(bytes.data(), bytes.size(), "<memory>", {small.bytes, small.work - 1}),
                     Catch::Contains("over the limit of " + std::to_string(small.work - 1)));
+}
+
+// ---- gdn-case/2: the backward's tensors (in.dO, in.dhT, out.dq ... out.dh0) -----------------
+
+namespace {
+
+// Cotangents and gradients of any values the storage dtypes hold (the reader checks shapes,
+// dtypes and rules, not whether gradients are right: verify judges that).
+BackwardInputs make_cotangents(const Problem& p, std::uint64_t seed, bool with_dhT) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  BackwardInputs b;
+  b.dO = HostTensor<double>(p.v_shape());
+  for (std::int64_t i = 0; i < b.dO.numel(); ++i) b.dO[i] = reference::round_to(p.input_dtype, normal(rng));
+  if (with_dhT) {
+    b.dhT = HostTensor<double>(p.state_shape());
+    for (std::int64_t i = 0; i < b.dhT.numel(); ++i) b.dhT[i] = reference::round_to(DType::f32, normal(rng));
+  }
+  return b;
+}
+
+// Every gradient the inputs call for, shaped like its input; double values (stored as F64)
+// unless `dtype` rounds them.
+Gradients<double> make_gradients(const Inputs& in, std::uint64_t seed, std::optional<DType> dtype = std::nullopt) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Gradients<double> g;
+  const HostTensor<double>* sources[] = {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.a, &in.b, &in.A_log, &in.dt_bias, &in.h0};
+  std::size_t i = 0;
+  g.for_each([&](const char*, HostTensor<double>& t) {
+    const HostTensor<double>& x = *sources[i++];
+    if (!x.defined()) return;
+    t = HostTensor<double>(x.shape());
+    for (std::int64_t e = 0; e < t.numel(); ++e) t[e] = dtype ? reference::round_to(*dtype, normal(rng)) : normal(rng);
+  });
+  return g;
+}
+
+CaseFile make_backward_case(const Problem& p, std::uint64_t seed, bool outputs, bool gradients, bool dhT = true) {
+  CaseFile c = make_case(p, seed, outputs);
+  c.backward = make_cotangents(p, seed + 1, dhT && p.has_hT);
+  if (gradients) c.gradients = make_gradients(c.inputs, seed + 2);
+  return c;
+}
+
+void check_same_backward(const CaseFile& a, const CaseFile& b) {
+  check_same(a, b);
+  REQUIRE(a.backward.has_value() == b.backward.has_value());
+  if (a.backward) {
+    CHECK(a.backward->dO == b.backward->dO);
+    CHECK(a.backward->dhT.defined() == b.backward->dhT.defined());
+    CHECK(a.backward->dhT == b.backward->dhT);
+  }
+  REQUIRE(a.gradients.has_value() == b.gradients.has_value());
+  if (a.gradients) {
+    std::vector<const HostTensor<double>*> theirs;
+    b.gradients->for_each([&](const char*, const HostTensor<double>& t) { theirs.push_back(&t); });
+    std::size_t i = 0;
+    a.gradients->for_each([&](const char* name, const HostTensor<double>& t) {
+      INFO(name);
+      CHECK(t.defined() == theirs[i]->defined());
+      CHECK(t == *theirs[i++]);
+    });
+  }
+}
+
+std::string format_of(const std::vector<std::uint8_t>& bytes) {
+  return parse_safetensors(bytes.data(), bytes.size()).metadata.at("gdn.format");
+}
+
+void remove_tensor(SafetensorsFile& f, const std::string& name) {
+  const std::size_t before = f.tensors.size();
+  f.tensors.erase(std::remove_if(f.tensors.begin(), f.tensors.end(), [&](const RawTensor& t) { return t.name == name; }),
+                  f.tensors.end());
+  REQUIRE(f.tensors.size() + 1 == before);
+}
+
+RawTensor f32_tensor(const std::string& name, const Shape& shape) {
+  RawTensor t{name, "F32", shape, {}};
+  t.bytes.assign(static_cast<std::size_t>(shape_numel(shape)) * 4, 0);
+  return t;
+}
+
+std::vector<std::string> corpus_files() {
+  std::vector<std::string> files;
+  const std::string dir = std::string(GDN_REPRO_DIR) + "/../../fuzz_corpus";
+  DIR* d = ::opendir(dir.c_str());
+  REQUIRE(d != nullptr);
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) files.push_back(dir + "/" + n);
+  }
+  ::closedir(d);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("gdn-case/2 round-trips the backward's inputs and gradients bit for bit", "[oracle][case_file][backward]") {
+  std::vector<Problem> problems;
+  {
+    Problem p = Problem::packed({3, 0, 5}, 2, 4, 8, 6);  // GVA, a zero-length sequence
+    p.has_h0 = p.has_hT = true;
+    p.input_dtype = DType::bf16;
+    problems.push_back(p);
+    p.input_dtype = DType::f16;
+    p.gate_dtype = DType::f16;
+    p.state_layout = StateLayout::v_major;
+    problems.push_back(p);
+  }
+  {
+    Problem p = Problem::packed({4, 2}, 1, 1, 5, 3);
+    p.gate_mode = GateMode::fused;
+    p.use_qk_l2norm = true;
+    p.has_h0 = true;
+    p.input_dtype = DType::f64;
+    problems.push_back(p);
+  }
+  problems.push_back(Problem::packed({0}, 1, 1, 2, 2));  // T = 0: zero-byte tensors
+  for (const Problem& p : problems) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool outputs = variant & 1, gradients = variant & 2;
+      for (bool dhT : {true, false}) {
+        INFO(p.describe() << " outputs " << outputs << " gradients " << gradients << " dhT " << dhT);
+        const CaseFile c = make_backward_case(p, 21, outputs, gradients, dhT);
+        const std::string path = temp_dir() + "/backward_round_trip.safetensors";
+        write_case_file(path, c);
+        const CaseFile back = read_case_file(path);
+        check_same_backward(c, back);
+        // Bit for bit: the file written from what was read is the file that was read.
+        const std::vector<std::uint8_t> first = encode_case(c), second = encode_case(back);
+        CHECK(first == second);
+        CHECK(format_of(first) == "gdn-case/2");
+      }
+    }
+  }
+  // Without backward tensors the writer names gdn-case/1, readable by every older reader.
+  CHECK(format_of(encode_case(make_case(problems[0], 21, true))) == "gdn-case/1");
+}
+
+TEST_CASE("gradients are stored without loss, in their storage dtype when it suffices", "[oracle][case_file][backward]") {
+  Problem p = Problem::packed({6}, 1, 1, 4, 4);
+  p.input_dtype = DType::bf16;
+  p.has_h0 = p.has_hT = true;
+  CaseFile c = make_backward_case(p, 3, false, false);
+  c.gradients = make_gradients(c.inputs, 4, DType::bf16);  // bf16 values fit every storage dtype
+  std::vector<std::uint8_t> bytes = encode_case(c);
+  SafetensorsFile file = parse_safetensors(bytes.data(), bytes.size());
+  CHECK(file.find("in.dO")->dtype == "BF16");
+  CHECK(file.find("in.dhT")->dtype == "F32");
+  CHECK(file.find("out.dq")->dtype == "BF16");
+  CHECK(file.find("out.dg")->dtype == "F32");  // gate dtype f32
+  CHECK(file.find("out.dh0")->dtype == "F32");
+  check_same_backward(c, decode_case(bytes.data(), bytes.size()));
+  c.gradients = make_gradients(c.inputs, 4);  // doubles: F64
+  bytes = encode_case(c);
+  file = parse_safetensors(bytes.data(), bytes.size());
+  CHECK(file.find("out.dq")->dtype == "F64");
+  check_same_backward(c, decode_case(bytes.data(), bytes.size()));
+}
+
+TEST_CASE("old files read unchanged: the fuzz corpus and the repro samples", "[oracle][case_file][backward]") {
+  std::vector<std::string> files = corpus_files();
+  REQUIRE(files.size() >= 7);
+  for (const char* sample : {"good.safetensors", "f16_overflow_zero_o.safetensors", "budget_typo.safetensors"})
+    files.push_back(repro(sample));
+  int read = 0;
+  for (const std::string& path : files) {
+    INFO(path);
+    const std::vector<std::uint8_t> bytes = read_file_bytes(path);
+    const SafetensorsFile container = parse_safetensors(bytes.data(), bytes.size());
+    if (container.metadata.at("gdn.format") != "gdn-case/1") continue;  // newer seeds of the corpus
+    if (path.find("budget_typo") != std::string::npos) {
+      // Refused as before, for the same reason.
+      CHECK_THAT(read_error(path), Catch::Contains("'gdn.budget' = 'fixed(rel_rms=abc)' is malformed"));
+      continue;
+    }
+    const CaseFile c = read_case_file(path);
+    ++read;
+    CHECK_FALSE(c.backward.has_value());
+    CHECK_FALSE(c.gradients.has_value());
+    CHECK(c.outputs.has_value() == (container.find("out.o") != nullptr));
+    // What was read writes back as gdn-case/1 with the same tensors, and reads back the same.
+    const std::vector<std::uint8_t> again = encode_case(c);
+    CHECK(format_of(again) == "gdn-case/1");
+    const SafetensorsFile rewritten = parse_safetensors(again.data(), again.size());
+    CHECK(rewritten.tensors.size() == container.tensors.size());
+    CaseFile expected = c;  // the writer spells gdn.problem its own way (Python's differs)
+    expected.metadata["gdn.problem"] = problem_to_json(c.problem).dump();
+    check_same(expected, decode_case(again.data(), again.size()));
+  }
+  CHECK(read >= 9);
+}
+
+TEST_CASE("the backward's reader rules: each broken by a file, each named", "[oracle][case_file][backward]") {
+  const Problem p = hardening_problem(GateMode::direct);  // has_h0, has_hT, f32
+  const CaseFile c = make_backward_case(p, 31, true, true);
+  REQUIRE(decode_error(encode_case(c)) == "(accepted)");
+  auto broken = [&](const CaseFile& base, const std::function<void(SafetensorsFile&)>& edit) {
+    return decode_error(edited(base, edit));
+  };
+  // Backward tensors need gdn-case/2.
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { f.metadata["gdn.format"] = "gdn-case/1"; }),
+             Catch::Contains("tensor 'in.dO' is a backward tensor, which gdn.format 'gdn-case/1' does not hold"));
+  CHECK_THAT(broken(make_case(p, 31, true), [&](SafetensorsFile& f) {
+               f.tensors.push_back(f32_tensor("out.dq", p.q_shape()));
+             }),
+             Catch::Contains("tensor 'out.dq' is a backward tensor"));
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { f.metadata["gdn.format"] = "gdn-case/3"; }),
+             Catch::Contains("'gdn.format' must be 'gdn-case/1' or 'gdn-case/2', got 'gdn-case/3'"));
+  // Gradients only with dO; dhT only with dO.
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { remove_tensor(f, "in.dO"); }),
+             Catch::Contains("tensor 'out.dq' needs 'in.dO'"));
+  CHECK_THAT(broken(make_backward_case(p, 31, true, false), [](SafetensorsFile& f) { remove_tensor(f, "in.dO"); }),
+             Catch::Contains("tensor 'in.dhT' needs 'in.dO'"));
+  // dhT only when the problem outputs hT.
+  {
+    Problem no_hT = p;
+    no_hT.has_hT = false;
+    CHECK_THAT(broken(make_backward_case(no_hT, 31, false, true), [&](SafetensorsFile& f) {
+                 f.tensors.push_back(f32_tensor("in.dhT", no_hT.state_shape()));
+               }),
+               Catch::Contains("tensor 'in.dhT' needs has_hT"));
+  }
+  // Not with a state cache, not with per-token states (the backward's scope).
+  {
+    Problem cache = Problem::packed({1, 1, 1}, 1, 2, 4, 4);
+    cache.state_slots = 5;
+    cache.has_h0 = cache.has_hT = true;
+    CHECK_THAT(broken(make_case(cache, 31, false), [&](SafetensorsFile& f) {
+                 f.metadata["gdn.format"] = "gdn-case/2";
+                 f.tensors.push_back(f32_tensor("in.dO", cache.v_shape()));
+               }),
+               Catch::Contains("tensor 'in.dO': the backward does not cover state caches (state_slots = 5"));
+    Problem per_token = Problem::packed({3}, 1, 1, 2, 2);
+    per_token.store_intermediate_states = true;
+    CHECK_THAT(broken(make_case(per_token, 31, false), [&](SafetensorsFile& f) {
+                 f.metadata["gdn.format"] = "gdn-case/2";
+                 f.tensors.push_back(f32_tensor("in.dO", per_token.v_shape()));
+               }),
+               Catch::Contains("tensor 'in.dO': the backward does not cover per-token states"));
+  }
+  // Dtypes and shapes against the problem.
+  {
+    Problem bf16 = p;
+    bf16.input_dtype = DType::bf16;
+    CHECK_THAT(broken(make_backward_case(bf16, 31, false, true), [](SafetensorsFile& f) {
+                 find_mutable(f, "in.dO")->dtype = "F16";
+               }),
+               Catch::Contains("tensor 'in.dO' must have dtype BF16, got F16"));
+  }
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) {
+               RawTensor* t = find_mutable(f, "in.dO");
+               t->shape = {t->shape[0] * t->shape[1], t->shape[2]};
+             }),
+             Catch::Contains("tensor 'in.dO' must have shape"));
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) {
+               RawTensor* t = find_mutable(f, "in.dhT");
+               t->dtype = "F64";
+               t->bytes.resize(t->bytes.size() * 2);
+             }),
+             Catch::Contains("tensor 'in.dhT' must have dtype F32, got F64"));
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) {
+               RawTensor* t = find_mutable(f, "out.dv");
+               t->shape = {t->shape[0] * t->shape[1], t->shape[2]};
+             }),
+             Catch::Contains("tensor 'out.dv' must have shape"));
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) {
+               RawTensor* t = find_mutable(f, "out.dg");
+               t->dtype = "I64";
+             }),
+             Catch::Contains("tensor 'out.dg' must have dtype F64 or F32 or BF16 or F16, got I64"));
+  // Every gradient the problem has, and no other.
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { remove_tensor(f, "out.dk"); }),
+             Catch::Contains("tensor 'out.dk' is missing"));
+  CHECK_THAT(broken(c, [&](SafetensorsFile& f) { f.tensors.push_back(f32_tensor("out.da", p.gate_shape())); }),
+             Catch::Contains("tensor 'out.da' is not part of this problem (its gradients are those of the inputs it "
+                             "uses: dq, dk, dv, dg, dbeta, dh0)"));
+  {
+    Problem no_h0 = p;
+    no_h0.has_h0 = false;
+    CHECK_THAT(broken(make_backward_case(no_h0, 31, false, true), [&](SafetensorsFile& f) {
+                 f.tensors.push_back(f32_tensor("out.dh0", no_h0.state_shape()));
+               }),
+               Catch::Contains("tensor 'out.dh0' is not part of this problem"));
+  }
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { f.tensors.push_back(f32_tensor("in.dq", {1})); }),
+             Catch::Contains("tensor 'in.dq' is not part of this problem (the backward's inputs are in.dO and in.dhT)"));
+  // The cotangents are inputs: finite, the first bad element named (no -inf exception).
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { set_float(f, "in.dO", 7, NAN); }),
+             Catch::Contains("tensor 'in.dO'[1, 0, 1] (element 7) is NaN: inputs must be finite"));
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { set_float(f, "in.dhT", 0, -INFINITY); }),
+             Catch::Contains("tensor 'in.dhT'[0, 0, 0, 0] (element 0) is -Inf: inputs must be finite"));
+  // Gradients are results: NaN and Inf are judged, not refused.
+  {
+    const std::vector<std::uint8_t> bytes = edited(c, [](SafetensorsFile& f) {
+      RawTensor* t = find_mutable(f, "out.dbeta");
+      REQUIRE(t->dtype == "F64");
+      const double nan = NAN;
+      std::memcpy(t->bytes.data(), &nan, 8);
+    });
+    const CaseFile back = decode_case(bytes.data(), bytes.size());
+    REQUIRE(back.gradients.has_value());
+    CHECK(std::isnan(back.gradients->dbeta[0]));
+  }
+  // gdn-case/2 without backward tensors is a forward file like any other.
+  CHECK(broken(make_case(p, 31, true), [](SafetensorsFile& f) { f.metadata["gdn.format"] = "gdn-case/2"; }) ==
+        "(accepted)");
+}
+
+TEST_CASE("encode refuses the backward's tensors the reader would refuse", "[oracle][case_file][backward]") {
+  const Problem p = hardening_problem(GateMode::direct);
+  CaseFile c = make_backward_case(p, 41, false, true);
+  c.backward.reset();
+  CHECK_THROWS_WITH(encode_case(c), Catch::Contains("gradients need the backward's inputs (dO)"));
+  {
+    Problem no_hT = p;
+    no_hT.has_hT = false;
+    CaseFile d = make_backward_case(no_hT, 41, false, false);
+    d.backward->dhT = HostTensor<double>(no_hT.state_shape());
+    CHECK_THROWS_WITH(encode_case(d), Catch::Contains("dhT needs has_hT"));
+  }
+  {
+    Problem cache = Problem::packed({1, 1, 1}, 1, 2, 4, 4);
+    cache.state_slots = 5;
+    cache.has_h0 = true;
+    CaseFile d = make_case(cache, 41, false);
+    d.backward = make_cotangents(cache, 42, false);
+    CHECK_THROWS_WITH(encode_case(d), Catch::Contains("the backward does not cover state caches"));
+  }
+  c = make_backward_case(p, 41, false, true);
+  c.gradients->dk = HostTensor<double>();
+  CHECK_THROWS_WITH(encode_case(c), Catch::Contains("gradient 'dk' has shape (missing)"));
+  c = make_backward_case(p, 41, false, true);
+  c.gradients->da = HostTensor<double>(p.gate_shape());
+  CHECK_THROWS_WITH(encode_case(c), Catch::Contains("gradient 'da' is not one of this problem's (dq, dk, dv, dg, dbeta, dh0)"));
+  c = make_backward_case(p, 41, false, true);
+  c.backward->dO[3] = INFINITY;
+  CHECK_THROWS_WITH(encode_case(c), Catch::Contains("input 'in.dO'[0, 1, 0] is +Inf"));
+  {
+    Problem bf16 = p;
+    bf16.input_dtype = DType::bf16;
+    CaseFile d = make_backward_case(bf16, 41, false, false);
+    d.backward->dO[0] = 1.0 + 1e-9;
+    CHECK_THROWS_WITH(encode_case(d), Catch::Contains("not representable in bf16"));
+  }
+}
+
+TEST_CASE("the cost estimate counts the backward of a file with dO", "[oracle][case_file][backward]") {
+  Problem p = Problem::packed({1, 64, 65, 300, 1000}, 16, 32, 128, 128);
+  p.has_h0 = p.has_hT = true;
+  const CaseCost forward = estimate_cost(p, Formulation::chunked, 64, 0);
+  const CaseCost backward = estimate_cost(p, Formulation::chunked, 64, 0, true);
+  CHECK(backward.bytes > forward.bytes);
+  CHECK(backward.work >= forward.work + 3 * std::uint64_t(1430 + 5) * 32 * 128 * 128);
+  // A backward costs several forwards: the largest case the project reads fits the memory limit
+  // but needs the work limit raised (docs/case_files.md, "Size limits").
+  CHECK(backward.bytes < CaseLimits::kDefaultMaxBytes);
+  CHECK_THAT(exceeded_limit(backward, {}), Catch::Contains("--max-case-work"));
+  CHECK(exceeded_limit(backward, {CaseLimits::kDefaultMaxBytes, std::uint64_t(1) << 34}).empty());
+  // A file whose forward fits a limit its backward exceeds is refused from its header.
+  const CaseFile c = make_backward_case(hardening_problem(GateMode::direct), 51, false, true);
+  const std::vector<std::uint8_t> bytes = encode_case(c);
+  const CaseCost f = estimate_cost(c.problem, Formulation::chunked, 64, bytes.size());
+  const CaseCost b = estimate_cost(c.problem, Formulation::chunked, 64, bytes.size(), true);
+  REQUIRE(b.work > f.work);
+  CHECK_NOTHROW(decode_case(bytes.data(), bytes.size(), "<memory>", {b.bytes, b.work}));
+  CHECK_THROWS_WITH(decode_case(bytes.data(), bytes.size(), "<memory>", {b.bytes, f.work}),
+                    Catch::Contains("state-element updates (estimated from gdn.problem)"));
 }

@@ -1,6 +1,7 @@
 #include "oracle/limits.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace gdn::oracle {
@@ -27,7 +28,8 @@ constexpr std::uint64_t kOutputBytes = 5 * 8;
 
 }  // namespace
 
-CaseCost estimate_cost(const Problem& p, Formulation formulation, int chunk_size, std::uint64_t file_bytes) {
+CaseCost estimate_cost(const Problem& p, Formulation formulation, int chunk_size, std::uint64_t file_bytes,
+                       bool backward) {
   const std::uint64_t T = extent(p.T), H = extent(p.H), HV = extent(p.HV), K = extent(p.K), V = extent(p.V);
   const std::uint64_t sequences = extent(p.N());
   const std::uint64_t states = p.uses_state_cache() ? extent(p.state_slots) : sequences;
@@ -57,9 +59,40 @@ CaseCost estimate_cost(const Problem& p, Formulation formulation, int chunk_size
     chunk_bytes = mul(8 * 8, add(mul(c, c), mul(c, add(K, V))));
   }
 
+  std::uint64_t backward_bytes = 0;
+  if (backward) {
+    // The backward's inputs: dO (and dhT) beside the forward's, held like them.
+    std::uint64_t cotangents = mul(mul(T, HV), V);
+    if (p.has_hT) cotangents = add(cotangents, state_elements);
+    inputs = add(inputs, cotangents);
+    // The gradients mirror the inputs: held as outputs are (read, exact, term magnitudes,
+    // emulation, a transient pass). One sequence's checkpoints every ceil(sqrt(L)) tokens and the
+    // states of one block between them: 2 (sqrt(L) + 2) K V per head.
+    std::uint64_t longest = 0;
+    for (int n = 0; n < p.N(); ++n) longest = std::max(longest, extent(p.seq_len(n)));
+    const std::uint64_t root = static_cast<std::uint64_t>(std::ceil(std::sqrt(static_cast<double>(longest)))) + 1;
+    const std::uint64_t checkpoints = mul(mul(2 * (root + 2), HV), head_state);
+    backward_bytes = add(mul(inputs, kOutputBytes), mul(checkpoints, 8));
+    // Work, of one backward reference run as the forward counts one forward run: the states
+    // recomputed from the checkpoints and the adjoint sweep's two contractions per token, three
+    // passes over the states.
+    work = add(work, mul(3, mul(add(T, states), mul(HV, head_state))));
+    if (formulation == Formulation::chunked) {
+      // The chunked emulation records the forward of every chunk (its start state and its c x c,
+      // c x K, c x V matrices) and walks them back: the chunk products four times over.
+      const std::uint64_t c = std::min(extent(chunk_size), std::max<std::uint64_t>(longest, 1));
+      work = add(work, mul(4, mul(mul(mul(T, HV), c), add(K, V))));
+      const std::uint64_t chunk_starts = add(T / std::max<std::uint64_t>(c, 1), sequences);
+      const std::uint64_t trace = add(mul(mul(chunk_starts, HV), head_state),
+                                      mul(mul(T, HV), add(4 * c, add(K, 2 * V))));
+      backward_bytes = add(backward_bytes, mul(trace, 8));
+    }
+  }
+
   CaseCost cost;
   cost.work = work;
-  cost.bytes = add(add(mul(file_bytes, 2), mul(inputs, kInputBytes)), add(mul(outputs, kOutputBytes), chunk_bytes));
+  cost.bytes = add(add(add(mul(file_bytes, 2), mul(inputs, kInputBytes)), add(mul(outputs, kOutputBytes), chunk_bytes)),
+                   backward_bytes);
   return cost;
 }
 

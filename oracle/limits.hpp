@@ -33,8 +33,11 @@ struct CaseCost {
 };
 
 // The cost of judging `problem` in `formulation` (chunk_size for chunked), from a file of
-// file_bytes bytes. Needs a problem that passed Problem::validate().
-CaseCost estimate_cost(const Problem& problem, Formulation formulation, int chunk_size, std::uint64_t file_bytes);
+// file_bytes bytes; `backward`: the file holds the backward's inputs (in.dO), so the exact
+// backward, its term magnitudes and the emulated backward are computed too. Needs a problem
+// that passed Problem::validate().
+CaseCost estimate_cost(const Problem& problem, Formulation formulation, int chunk_size, std::uint64_t file_bytes,
+                       bool backward = false);
 
 // Empty when `cost` is within `limits`; else why not: the estimate, the limit it exceeds, and
 // how to raise it (CaseLimits::max_bytes / max_work; gdn-testbed's --max-case-bytes /

@@ -1,5 +1,7 @@
 // gdn-testbed generate: inputs-only case files (and manifest.json) for an implementation that
-// gdn-testbed did not write; `verify` judges the outputs written into them.
+// gdn-testbed did not write; `verify` judges the outputs written into them. With --backward the
+// files also hold the backward's inputs (in.dO, in.dhT; gdn-case/2) for a backward under test,
+// whose gradients (out.dq ... out.dh0) verify judges the same way.
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/commands/options.hpp"
 #include "cli/output.hpp"
+#include "fuzz/backward_properties.hpp"
 #include "fuzz/sample.hpp"
 #include "cli/suite.hpp"
 
@@ -29,6 +32,7 @@ struct GenerateOptions {
   std::uint64_t seed = 1;
   std::string suite = "fuzz";
   bool force = false;
+  bool backward = false;
   SpaceOptions space;
 };
 
@@ -62,15 +66,33 @@ int generate(const GenerateOptions& o, const std::string& command) {
   for (const std::string& f : old)
     if (::unlink(f.c_str()) != 0) throw UsageError("--force: cannot remove " + f + ": " + std::strerror(errno));
   std::vector<GeneratedCase> cases;
+  // The seed of each case's cotangents (--backward): the case's own seed for sampled cases (the
+  // cotangents the backward properties and gdn_testbed.fuzz_backward draw for it).
+  std::vector<std::uint64_t> backward_seeds;
+  std::size_t out_of_scope = 0;
   if (o.suite == "conformance") {
-    cases = conformance_cases();
+    std::uint64_t index = 0;
+    for (GeneratedCase& c : conformance_cases()) {
+      const std::uint64_t seed = case_seed(o.seed, index++);
+      // The backward covers dense states only (docs/backward.md, Scope): the built-in cases with
+      // a state cache or per-token states are left out of a --backward set.
+      if (o.backward && (c.problem.uses_state_cache() || c.problem.store_intermediate_states)) {
+        ++out_of_scope;
+        continue;
+      }
+      cases.push_back(std::move(c));
+      backward_seeds.push_back(seed);
+    }
   } else {
-    const fuzz::CaseSpace space = o.space.space();
+    // --backward: the space restricted to what the backward covers (fuzz::backward_space).
+    const fuzz::CaseSpace space = o.backward ? fuzz::backward_space(o.space.space()) : o.space.space();
     // --first I: the cases a fuzz campaign with the same --seed calls fuzz/I, fuzz/I+1, ...
     for (long long i = o.first; i < o.first + o.cases; ++i) {
-      GeneratedCase c = fuzz::sample_case(case_seed(o.seed, std::uint64_t(i)), space);
+      const std::uint64_t seed = case_seed(o.seed, std::uint64_t(i));
+      GeneratedCase c = fuzz::sample_case(seed, space);
       c.name = "generate/" + std::to_string(o.seed) + "/" + std::to_string(i);
       cases.push_back(std::move(c));
+      backward_seeds.push_back(seed);
     }
   }
   nlohmann::json manifest = {{"format", "gdn-case-manifest/1"}, {"command", command}, {"cases", nlohmann::json::array()}};
@@ -81,16 +103,30 @@ int generate(const GenerateOptions& o, const std::string& command) {
     c.inputs = g.inputs;
     c.metadata["gdn.case_name"] = g.name;
     c.metadata["gdn.generator"] = g.generator.dump();
+    if (o.backward) {
+      const std::uint64_t seed = backward_seeds[static_cast<std::size_t>(index)];
+      c.backward = fuzz::make_backward_inputs(g.problem, seed);
+      c.metadata["gdn.backward"] =
+          nlohmann::json{{"seed", std::to_string(seed)}, {"generator", "fuzz::make_backward_inputs"}}.dump();
+    }
     c.metadata["gdn.versions"] = build_versions().dump();
     c.metadata["gdn.command"] = command;
     char name[32];
     std::snprintf(name, sizeof name, "case-%05d.safetensors", index++);
     const std::string path = o.out + "/" + name;
     oracle::write_case_file(path, c);
-    manifest["cases"].push_back({{"file", name}, {"name", g.name}, {"problem", g.problem.describe()}});
+    manifest["cases"].push_back(
+        {{"file", name}, {"name", g.name}, {"problem", g.problem.describe()}, {"backward", o.backward}});
   }
   write_text_file(o.out + "/manifest.json", dump_json(manifest));
-  std::cout << "wrote " << cases.size() << " case files to " << o.out << "/ (manifest.json lists them)\n";
+  std::cout << "wrote " << cases.size() << " case files to " << o.out << "/ (manifest.json lists them)";
+  if (o.backward)
+    std::cout << "; with the backward's inputs dO and, for three draws in four where the problem has hT, dhT "
+              << "(verify judges the out.dq ... out.dh0 written into them)";
+  if (out_of_scope > 0)
+    std::cout << "; " << out_of_scope << " built-in cases left out (state caches, per-token states: not in the "
+              << "backward's scope)";
+  std::cout << "\n";
   return 0;
 }
 
@@ -109,6 +145,10 @@ void add_generate(CLI::App& app, Context& context) {
   add_integer(*sub, "--first", &o->first, 0, 1LL << 62, "start at the campaign's case I: fuzz/I of fuzz --seed S")->type_name("I");
   sub->add_flag("--force", o->force,
                 "remove the case files (*.safetensors) and manifest.json already in --out first (else refused)");
+  sub->add_flag("--backward", o->backward,
+                "also write the backward's inputs, dO and (when the problem has hT) dhT, drawn from each case's seed, "
+                "for a backward under test (gdn-case/2; cases restricted to what the backward covers: no state "
+                "cache, no per-token states)");
   add_space_options(*sub, &o->space);
   sub->callback([o, &context] { context.exit_code = generate(*o, context.command_line); });
 }

@@ -1,6 +1,8 @@
 // gdn-testbed replay: re-run the implementation a case file names (or --impl NAME) on its
 // inputs and judge it; a file with outputs but no runnable implementation is judged on the
-// outputs it holds. --expect pass|fail turns the verdict into the exit status.
+// outputs it holds. Gradients a file holds (gdn-case/2) are judged as stored (no backward is
+// registered to re-run), in the same verdict. --expect pass|fail turns the verdict into the exit
+// status.
 #include <iostream>
 #include <new>
 #include <optional>
@@ -45,10 +47,21 @@ oracle::Verdict replay_one(const ReplayOptions& o, const std::string& path,
       v = oracle::evaluate(*impl, context, b);
       v.message += std::string(v.message.empty() ? "" : "; ") + "re-ran " + entry->name;
       if (!note.empty()) v.message += "; " + note;
-    } else if (c.outputs && !impl_given) {
+      if (c.gradients) {
+        // The registry holds forward implementations only: the stored gradients are judged as
+        // they are, under the same budget, and a SKIPPED forward does not hide them.
+        oracle::Verdict g = judge_file_gradients(c, c.meta("gdn.case_name", path),
+                                                 c.meta("gdn.implementation", entry->name), b);
+        g.message = "judged the gradients stored in the file" + (g.message.empty() ? "" : "; " + g.message);
+        if (v.status == oracle::Status::skipped) g.message += "; the forward was not re-run: " + v.message;
+        v = v.status == oracle::Status::skipped ? g : combine_verdicts(v, g);
+      }
+    } else if ((c.outputs || c.gradients) && !impl_given) {
       v = judge_case(c, path, budget, [](const std::string&) { return nullptr; });
       if (v.status != oracle::Status::error)
-        v.message += "; judged the outputs stored in the file (" +
+        v.message += std::string("; judged the ") +
+                     (c.outputs && c.gradients ? "outputs and gradients" : c.gradients ? "gradients" : "outputs") +
+                     " stored in the file (" +
                      (name.empty() ? std::string("no implementation named") : name + " is not registered here") + ")";
     } else if (!name.empty()) {
       return error_verdict(path, name, path + ": implementation '" + name + "' is not registered here (gdn-testbed list)");

@@ -18,7 +18,10 @@ The oracle is ``sequential_backward`` in double; the budget (docs/budgets.md "Gr
 calibrated on the fp32 emulation of the kernel's formulation, each gradient's error measured
 relative to its term magnitudes. ``fuzz_backward`` draws cases from a CaseSpace restricted to
 what the backward covers (dense states), shrinks a failure with the C++ shrinker, and saves it as
-an ``.npz`` (the case-file format holds no gradients yet) with a replay snippet.
+a case file (gdn-case/2: inputs, the cotangents in.dO / in.dhT, the kernel's gradients out.dq ...,
+the formulation, chunk size and budget in the metadata; docs/case_files.md) with a replay
+snippet; ``gdn-testbed verify`` judges the same file. ``replay_backward`` and
+``load_backward_case`` also read the ``.npz`` files earlier versions saved.
 """
 from __future__ import annotations
 
@@ -34,10 +37,11 @@ import numpy as np
 
 from . import _core
 from .arrays import _NUMPY_DTYPES, as_numpy, as_numpy_inputs, numpy_inputs, torch_inputs
+from .casefile import read_case_file, write_case_file
 from .space import _space_text
 
 GRADIENT_NAMES = ("dq", "dk", "dv", "dg", "dbeta", "da", "db", "dA_log", "ddt_bias", "dh0")
-NPZ_FORMAT = "gdn-backward-case/1"
+NPZ_FORMAT = "gdn-backward-case/1"  # what earlier versions saved; still read
 
 
 def _backward_dict(dO, dhT) -> dict:
@@ -205,7 +209,7 @@ class BackwardFailure:
     case_seed: int
     original_problem: str
     shrunk_problem: str
-    file: str             # .npz: problem, inputs, cotangents, the failing gradients, settings
+    file: str             # case file: problem, inputs, cotangents, the failing gradients, settings
     replay: str           # a command that judges the stored gradients again
     verdict: "_core.Verdict"
     original_verdict: "_core.Verdict"
@@ -288,32 +292,43 @@ def _evaluate(k: BackwardKernel, problem, inputs, backward, budget, case_name):
                                             f"threw: {type(error).__name__}: {error}"), None
 
 
-def _save_npz(path: str, problem, inputs: dict, backward: dict, gradients: Optional[dict], settings: dict) -> None:
-    """Atomically (temporary file in the same folder, then rename)."""
-    arrays = {"format": np.array(NPZ_FORMAT), "problem": np.array(problem.to_json()),
-              "settings": np.array(json.dumps(settings))}
-    for name, value in inputs.items():
-        arrays["in." + name] = np.asarray(value)
-    for name, value in backward.items():
-        if value is not None:
-            arrays["bwd." + name] = np.asarray(value)
-    for name, value in (gradients or {}).items():
-        arrays["out." + name] = np.asarray(value)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _save_case(path: str, problem, inputs: dict, backward: dict, gradients: Optional[dict], settings: dict,
+               extra: Optional[dict] = None) -> None:
+    """A backward case as a case file (gdn-case/2, written atomically by the C++ writer): the
+    settings as gdn.implementation, gdn.formulation, gdn.chunk_size, gdn.budget. Gradients the
+    format cannot hold as they are (a kernel that returned a wrong set or shape: its verdict is
+    an ERROR saying so) are left out, and gdn.gradients_not_stored says why."""
+    metadata = {"gdn.implementation": settings["implementation"], "gdn.formulation": settings["formulation"],
+                "gdn.chunk_size": str(settings["chunk_size"]), "gdn.budget": settings["budget"],
+                "gdn.versions": _core.build_versions(), "gdn.device": "python"}
+    metadata.update(extra or {})
+    cotangents = {"dO": backward["dO"], "dhT": backward.get("dhT")}
+    if gradients is not None:
+        try:
+            write_case_file(path, problem, inputs, None, metadata, cotangents, gradients)
+            return
+        except ValueError as error:
+            metadata["gdn.gradients_not_stored"] = str(error)
+    write_case_file(path, problem, inputs, None, metadata, cotangents, None)
+
+
+def _is_npz(path) -> bool:
+    with open(os.fspath(path), "rb") as f:
+        return f.read(4) == b"PK\x03\x04"  # a zip archive: what np.savez wrote
 
 
 def load_backward_case(path) -> dict:
     """A saved backward case: {"problem", "inputs", "dO", "dhT", "gradients" (None when not
-    stored), "settings"}."""
+    stored), "settings"}, from a case file (gdn-case/2) or an .npz of earlier versions."""
+    if not _is_npz(path):
+        c = read_case_file(path)
+        if c.backward is None:
+            raise ValueError(f"{path}: holds no backward inputs (in.dO): not a backward case")
+        return {"problem": c.problem, "inputs": c.inputs, "dO": c.backward["dO"], "dhT": c.backward.get("dhT"),
+                "gradients": c.gradients,
+                "settings": {"implementation": c.metadata.get("gdn.implementation", "(unnamed)"),
+                             "formulation": c.settings["formulation"], "chunk_size": c.settings["chunk_size"],
+                             "budget": c.metadata.get("gdn.budget")}}
     with np.load(os.fspath(path), allow_pickle=False) as z:
         if "format" not in z.files or str(z["format"]) != NPZ_FORMAT:
             raise ValueError(f"{path}: not a {NPZ_FORMAT} file")
@@ -352,7 +367,8 @@ def fuzz_backward(kernel, space=None, *, cases: int = 0, seconds: float = 0, see
     restricted to the backward's scope, cotangents from make_backward_inputs with the case's seed
     (the cases `fuzz` draws from the same seed), each judged by judge_backward; a failure is shrunk
     by the C++ shrinker (cli/shrink.hpp: the predicate reruns the kernel on the smaller case with
-    the cotangents drawn again for its shape) and saved under `out` as .npz with a replay command.
+    the cotangents drawn again for its shape) and saved under `out` as a case file (as generated:
+    NAME.original.safetensors, shrunk: NAME.safetensors) with a replay command.
     Stops after `cases` or `seconds` (one is required)."""
     k = as_backward_kernel(kernel)
     if not (cases and cases > 0) and not (seconds and seconds > 0):
@@ -394,23 +410,30 @@ def fuzz_backward(kernel, space=None, *, cases: int = 0, seconds: float = 0, see
         if len(summary.failures) < max_failures:
             small_problem, small_inputs = problem, inputs
             if shrink:
-                def still_fails(p, x):
+                wanted = verdict.status
+
+                def still_fails(p, x, wanted=wanted):
+                    # The same status as the case found (as the C++ fuzzer keeps it): a FAIL must
+                    # not shrink into an ERROR of a shape the kernel rejects.
                     if k.reason_unsupported(p) is not None:
                         return False
                     v, _ = _evaluate(k, p, x, make_backward_inputs(p, case_seed), budget, name)
-                    return v.failed
+                    return v.status == wanted
                 r = _core.shrink(problem, inputs, still_fails, int(shrink_evaluations), float(shrink_seconds))
                 small_problem, small_inputs = r["problem"], r["inputs"]
             small_backward = make_backward_inputs(small_problem, case_seed)
             small_verdict, small_gradients = _evaluate(k, small_problem, small_inputs, small_backward, budget, name)
             stem = os.path.join(out, f"backward-{k.name.replace('/', '_').replace(':', '_')}-case{index - 1}")
-            _save_npz(stem + ".original.npz", problem, inputs, backward, gradients, settings)
-            _save_npz(stem + ".npz", small_problem, small_inputs, small_backward, small_gradients, settings)
             replay = ("python3 -c " + shlex.quote(
-                f"import gdn_testbed as gt; print(gt.replay_backward(None, {stem + '.npz'!r}).details())"))
+                f"import gdn_testbed as gt; print(gt.replay_backward(None, {stem + '.safetensors'!r}).details())"))
+            _save_case(stem + ".original.safetensors", problem, inputs, backward, gradients, settings,
+                       {"gdn.case_name": f"fuzz_backward/{seed}/{index - 1}", "gdn.verdict": verdict.to_json()})
+            _save_case(stem + ".safetensors", small_problem, small_inputs, small_backward, small_gradients, settings,
+                       {"gdn.case_name": f"fuzz_backward/{seed}/{index - 1}", "gdn.replay": replay,
+                        "gdn.shrunk_from": stem + ".original.safetensors", "gdn.verdict": small_verdict.to_json()})
             summary.failures.append(BackwardFailure(k.name, index - 1, case_seed, problem.describe(),
-                                                    small_problem.describe(), stem + ".npz", replay, small_verdict,
-                                                    verdict))
+                                                    small_problem.describe(), stem + ".safetensors", replay,
+                                                    small_verdict, verdict))
         if stop_at_first:
             break
     summary.seconds = time.monotonic() - start

@@ -444,6 +444,25 @@ py::object chunked_impl(const Problem& p, const Inputs& in, int chunk_size, bool
 
 // ---- case files -----------------------------------------------------------------------------
 
+template <class T>
+py::dict gradients_to_py(const Gradients<T>& g);
+Gradients<double> gradients_from_py(const py::handle& object);
+py::dict backward_to_py(const BackwardInputs& b);
+
+// {"dO": ..., "dhT": ... or None} as a case file holds them: the rules are the writer's
+// (encode_case refuses what the reader would, with the case file's words).
+BackwardInputs case_backward_from_py(const py::handle& object) {
+  if (!py::isinstance<py::dict>(object)) value_error("backward must be a dict with 'dO' (and 'dhT')");
+  BackwardInputs b;
+  for (auto item : py::reinterpret_borrow<py::dict>(object)) {
+    const std::string key = py::str(item.first);
+    if (key != "dO" && key != "dhT") value_error("backward: unknown key '" + key + "' (expected dO, dhT)");
+    if (!item.second.is_none()) (key == "dO" ? b.dO : b.dhT) = tensor_from(key, item.second);
+  }
+  if (!b.dO.defined()) value_error("backward: 'dO' is required");
+  return b;
+}
+
 py::dict case_file_to_py(const oracle::CaseFile& c) {
   py::dict d;
   d["problem"] = c.problem;
@@ -455,16 +474,21 @@ py::dict case_file_to_py(const oracle::CaseFile& c) {
   settings["chunk_size"] = c.settings.chunk_size;
   settings["budget"] = c.settings.budget ? py::object(py::str(c.settings.budget->describe())) : py::object(py::none());
   d["settings"] = settings;
+  d["backward"] = c.backward ? py::object(backward_to_py(*c.backward)) : py::object(py::none());
+  d["gradients"] = c.gradients ? py::object(gradients_to_py(*c.gradients)) : py::object(py::none());
   return d;
 }
 
 oracle::CaseFile case_file_from_py(const Problem& p, const py::handle& inputs, const py::handle& outputs,
-                                   const std::map<std::string, std::string>& metadata) {
+                                   const std::map<std::string, std::string>& metadata,
+                                   const py::handle& backward, const py::handle& gradients) {
   oracle::CaseFile c;
   c.problem = p;
   c.inputs = inputs_from_py(p, inputs);
   if (!outputs.is_none()) c.outputs = outputs_from_py(outputs);
   c.metadata = metadata;
+  if (!backward.is_none()) c.backward = case_backward_from_py(backward);
+  if (!gradients.is_none()) c.gradients = gradients_from_py(gradients);
   return c;
 }
 
@@ -796,15 +820,20 @@ PYBIND11_MODULE(_core, m) {
     return case_file_to_py(oracle::decode_case(reinterpret_cast<const std::uint8_t*>(s.data()), s.size(), what,
                                                limits_of(max_bytes, max_work)));
   });
+  // backward ({"dO", "dhT"}) and gradients ({"dq", ...}) may be None: gdn-case/2 when given.
   m.def("write_case_file", [](const std::string& path, const Problem& p, const py::dict& inputs, py::object outputs,
-                              const std::map<std::string, std::string>& metadata) {
-    oracle::write_case_file(path, case_file_from_py(p, inputs, outputs, metadata));
-  });
+                              const std::map<std::string, std::string>& metadata, py::object backward,
+                              py::object gradients) {
+    oracle::write_case_file(path, case_file_from_py(p, inputs, outputs, metadata, backward, gradients));
+  }, py::arg("path"), py::arg("problem"), py::arg("inputs"), py::arg("outputs"), py::arg("metadata"),
+     py::arg("backward") = py::none(), py::arg("gradients") = py::none());
   m.def("encode_case", [](const Problem& p, const py::dict& inputs, py::object outputs,
-                          const std::map<std::string, std::string>& metadata) {
-    const auto bytes = oracle::encode_case(case_file_from_py(p, inputs, outputs, metadata));
+                          const std::map<std::string, std::string>& metadata, py::object backward,
+                          py::object gradients) {
+    const auto bytes = oracle::encode_case(case_file_from_py(p, inputs, outputs, metadata, backward, gradients));
     return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  });
+  }, py::arg("problem"), py::arg("inputs"), py::arg("outputs"), py::arg("metadata"),
+     py::arg("backward") = py::none(), py::arg("gradients") = py::none());
   m.def("judge_case_file", [](const std::string& path, const std::string& budget) {
     std::optional<oracle::BudgetOptions> b;
     if (!budget.empty()) b = budget_of(budget);

@@ -78,12 +78,65 @@ def test_planted_fault_fails_readably(tmp_path):
     message = str(error.value)
     for part in ("shrunk case", "worst check", "margin", "replay", failure.file):
         assert part in message
-    assert os.path.exists(failure.file) and os.path.exists(failure.file.replace(".npz", ".original.npz"))
+    original = failure.file.replace(".safetensors", ".original.safetensors")
+    assert failure.file.endswith(".safetensors") and os.path.exists(failure.file) and os.path.exists(original)
     # The shrinker made the case smaller, and both replays judge it again.
-    assert gt.load_backward_case(failure.file)["problem"].T <= gt.load_backward_case(
-        failure.file.replace(".npz", ".original.npz"))["problem"].T
+    assert gt.load_backward_case(failure.file)["problem"].T <= gt.load_backward_case(original)["problem"].T
     assert gt.replay_backward(None, failure.file).status == "FAIL"
     assert gt.replay_backward(exact, failure.file).status == "PASS"
+    # The failure is a case file (gdn-case/2): its settings in the metadata, and the judge of
+    # case files (what `gdn-testbed verify` runs) gives the same verdict, on the same tensor.
+    c = gt.read_case_file(failure.file)
+    assert c.metadata["gdn.format"] == "gdn-case/2" and c.metadata["gdn.implementation"] == "tests.scaled_beta"
+    assert c.metadata["gdn.formulation"] == "sequential" and c.metadata["gdn.shrunk_from"] == original
+    assert c.backward is not None and set(c.gradients) == set(gt.backward_tensors(c.problem))
+    v = gt.judge_case_file(failure.file)
+    assert v.status == "FAIL" and v.worst_check["tensor"] in ("dbeta", "db")
+
+
+def test_case_files_hold_the_backward(tmp_path):
+    """gdn-case/2 from Python: cotangents and gradients written, read back exactly, judged."""
+    problem, inputs, b = case()
+    grads = gt.sequential_backward(problem, inputs, b["dO"], b["dhT"])
+    path = tmp_path / "case.safetensors"
+    gt.write_case_file(path, problem, inputs, None, {"gdn.formulation": "sequential"}, backward=b, gradients=grads)
+    c = gt.read_case_file(path)
+    assert c.metadata["gdn.format"] == "gdn-case/2" and c.outputs is None
+    assert np.array_equal(c.backward["dO"], b["dO"])
+    assert (c.backward["dhT"] is None) == (b["dhT"] is None)
+    if b["dhT"] is not None:
+        assert np.array_equal(c.backward["dhT"], b["dhT"])
+    assert set(c.gradients) == set(grads) and all(np.array_equal(c.gradients[n], grads[n]) for n in grads)
+    assert gt.judge_case_file(path).status == "PASS"
+    # A forward-only file stays gdn-case/1 and has no backward.
+    gt.write_case_file(tmp_path / "forward.safetensors", problem, inputs)
+    f = gt.read_case_file(tmp_path / "forward.safetensors")
+    assert f.metadata["gdn.format"] == "gdn-case/1" and f.backward is None and f.gradients is None
+    # The writer's rules are the reader's: gradients need dO, and only the problem's gradients.
+    with pytest.raises(ValueError, match="gradients need the backward's inputs"):
+        gt.write_case_file(tmp_path / "bad.safetensors", problem, inputs, gradients=grads)
+    with pytest.raises(ValueError, match="'da' is not one of this problem's"):
+        gt.write_case_file(tmp_path / "bad.safetensors", problem, inputs, backward=b,
+                           gradients=dict(grads, da=grads["dg"]))
+
+
+def test_replay_reads_npz_of_earlier_versions(tmp_path):
+    """replay_backward and load_backward_case still read the .npz that earlier versions saved."""
+    import json
+    problem, inputs, b = case()
+    grads = gt.sequential_backward(problem, inputs, b["dO"], b["dhT"])
+    arrays = {"format": np.array(gt.backward.NPZ_FORMAT), "problem": np.array(problem.to_json()),
+              "settings": np.array(json.dumps({"implementation": "old", "formulation": "sequential",
+                                               "chunk_size": 64, "budget": "calibrated"}))}
+    arrays.update({"in." + n: np.asarray(v) for n, v in inputs.items()})
+    arrays.update({"bwd." + n: np.asarray(v) for n, v in b.items() if v is not None})
+    arrays.update({"out." + n: v * (1.05 if n == "dv" else 1.0) for n, v in grads.items()})
+    path = tmp_path / "old.npz"
+    np.savez(path, **arrays)
+    assert gt.load_backward_case(path)["settings"]["implementation"] == "old"
+    v = gt.replay_backward(None, path)
+    assert v.status == "FAIL" and v.worst_check["tensor"] == "dv"
+    assert gt.replay_backward(exact, path).status == "PASS"
 
 
 def test_kernel_errors_are_errors(tmp_path):
