@@ -5,7 +5,8 @@
 
 Reads every *.json / *.jsonl under --results (one folder per device kind: results/<kind>/, the
 layout and schemas in reports/README.md) and writes, atomically, --out/accuracy.md,
---out/speed.md, --out/faults.md (when a fault campaign is among the results), their detail files under --out/details/ and their plots under --out/plots/;
+--out/speed.md, --out/faults.md (when a fault campaign is among the results), --out/peers.md (when
+Python adapter or backward verdicts are), their detail files under --out/details/ and their plots under --out/plots/;
 plots and detail files of an earlier run that this run did not write are removed, so that
 what is there comes from the current results only. A missing result file shows as a "not
 measured" row. Exit status: 0 on success, 2 when an input breaks its schema (the message names
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print("make_reports: SKIPPED: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
         return 77
 
-    from gdn_reports import accuracy, faults, speed
+    from gdn_reports import accuracy, faults, peer_verdicts, speed
     from gdn_reports.common import write_text_atomically
     from gdn_reports.inputs import InputError, load_results
 
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomically(out_dir / name, text)
     write_text_atomically(out_dir / "accuracy.md", accuracy_text)
     write_text_atomically(out_dir / "speed.md", speed_text)
+    if results.adapter_runs or results.backward_runs:
+        write_text_atomically(out_dir / "peers.md", peer_verdicts.build(results, command, generated))
     if results.faults or results.conformance_runs:
         write_text_atomically(out_dir / "faults.md", faults.build(results, command, generated))
     written = {out_dir / name for name in details}

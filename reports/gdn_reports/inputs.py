@@ -115,6 +115,8 @@ class Results:
     sanitize: list = field(default_factory=list)   # dicts: source, tool, and the tool's entry
     faults: list = field(default_factory=list)     # fault-campaign results (gdn-faults/1), with "source"
     conformance_runs: list = field(default_factory=list)  # gdn-conformance-summary/1: a CLI conformance run's tally
+    adapter_runs: list = field(default_factory=list)   # gdn-adapter-verdicts/1 (python/gpu/run_adapters.py)
+    backward_runs: list = field(default_factory=list)  # gdn-backward-verdicts/1 (python/gpu/run_backward.py)
     manifests: dict = field(default_factory=dict)  # device kind -> manifest object
     errors: list = field(default_factory=list)     # dicts: source, case, problem, implementation, rel_rms_o, rel_rms_hT
     ignored: list = field(default_factory=list)  # (path, why)
@@ -525,6 +527,22 @@ def load_results(root: Path) -> Results:
         elif fmt.startswith("gdn-sanitize/"):
             count = _load_sanitize(data, source, results)
             results.provenance.append(Provenance(source, "sanitizers", records=count, **_provenance_fields(data)))
+        elif fmt.startswith("gdn-adapter-verdicts/"):
+            if not isinstance(data.get("table"), list) or not all(isinstance(r, dict) and "id" in r for r in data["table"]):
+                raise InputError(f"{source}: 'table' must be a list of runs, each with an 'id'")
+            results.adapter_runs.append(dict(data, source=source))
+            device = data.get("device", {})
+            results.provenance.append(Provenance(
+                source, "adapter verdicts", records=len(data["table"]),
+                device=device.get("nvidia_smi") if isinstance(device, dict) else str(device),
+                date=data.get("created"), commit=data.get("commit"), command=data.get("command")))
+        elif fmt.startswith("gdn-backward-verdicts/"):
+            if not isinstance(data.get("subjects"), list) or not all(isinstance(r, dict) and "subject" in r
+                                                                     for r in data["subjects"]):
+                raise InputError(f"{source}: 'subjects' must be a list, each with a 'subject'")
+            results.backward_runs.append(dict(data, source=source))
+            results.provenance.append(Provenance(source, "backward verdicts", records=len(data["subjects"]),
+                                                 **_provenance_fields(data)))
         elif fmt.startswith("gdn-conformance-summary/"):
             if not isinstance(data.get("summary"), dict) or not all(
                     isinstance(data["summary"].get(k), int) for k in ("pass", "fail", "error", "skipped")):

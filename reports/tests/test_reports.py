@@ -454,3 +454,32 @@ def test_fault_campaign_table_and_its_verdict_on_conformance(tmp_path):
     (results / "faults-h100.json").write_text(json.dumps(run))
     broken = make_reports(tmp_path / "results", tmp_path / "out2")
     assert broken.returncode == 2 and "faults-h100.json" in broken.stderr and "fuzz" in broken.stderr, broken.stderr
+
+
+def test_adapter_and_backward_verdicts_make_peers_md(tmp_path):
+    results = tmp_path / "results" / "h100" / "python"
+    results.mkdir(parents=True)
+    run = {"format": "gdn-adapter-verdicts/1", "created": "2026-12-06", "commit": "abc1234", "command": "x",
+           "device": {"nvidia_smi": "NVIDIA H100 80GB HBM3, 580"},
+           "table": [{"id": "lib.chunk", "status": "DONE", "verdict": "FAIL", "judged": 10, "failed": 2, "errors": 0,
+                      "skipped": 1, "worst_margin": 12.5, "budget": "calibrated",
+                      "quality": {"o": {"worst_margin": 0.5}, "hT": {"worst_margin": 800.0}}}],
+           "runs": [{"id": "lib.chunk", "failures": [{"status": "FAIL", "shrunk_problem": "N=1 T=2",
+                                                     "worst_check": {"tensor": "o", "metric": "rel_rms", "margin": 12.5}}]}]}
+    back = {"format": "gdn-backward-verdicts/1", "device": "H100", "date": "2026-12-06", "commit": "abc1234",
+            "command": "y", "subjects": [{"subject": "lib.chunk", "status": "RAN", "cases": 3, "passed": 3, "failed": 0,
+                                          "errors": 0, "worst_margin": 0.4, "determinism": [
+                                              {"case": "drawn", "differing_elements": {"dq": 5, "dk": 0}}]}]}
+    (results / "a.json").write_text(json.dumps(run))
+    (results / "b.json").write_text(json.dumps(back))
+    done = make_reports(tmp_path / "results", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "out" / "peers.md").read_text()
+    rows = {r.get("run", r.get("subject")): r for _, table in all_tables(text) for r in table}
+    assert rows["`lib.chunk`"]["failed"] in ("2", "0"), rows
+    assert "12.5" in text and "800" in text and "shrunk to `N=1 T=2`" in text
+    assert "drawn: 5" in text, text
+    back["subjects"] = [{"status": "RAN"}]
+    (results / "b.json").write_text(json.dumps(back))
+    broken = make_reports(tmp_path / "results", tmp_path / "out2")
+    assert broken.returncode == 2 and "b.json" in broken.stderr, broken.stderr
