@@ -52,7 +52,8 @@ SPACE_FUSED_RECURRENT = CaseSpace("everything", input_dtypes=["f32", "bf16", "f1
                                   intermediate_states="off", max_K=256, max_V=256)
 # Where fla hands the chunk function to FlashQLA (SM90+).
 SPACE_CHUNK_FLASH_QLA = SPACE_CHUNK.replace(input_dtypes=["bf16", "f16"], K_values=[128], V_values=[128],
-                                            fused_gates="off", min_work=2.0e5, max_work=2.0e7)
+                                            fused_gates="off", min_work=2.0e5, max_work=2.0e7,
+                                            min_length=1)  # FlashQLA raises on an empty sequence
 
 
 def available() -> "str | None":
