@@ -324,22 +324,12 @@ Verdict judge_gradients(const Problem& problem, const Inputs& inputs, const Exac
       else if (uses_terms && !std::isfinite(M))
         why = std::string("the term magnitudes of ") + name + " are not finite: nothing can be measured against them";
       if (!why.empty()) {
-        Check c = make_check(tensor, "reference", 1.0, 0.0, why);
-        c.margin = INFINITY;
-        c.pass = false;
-        v.checks.push_back(c);
+        v.checks.push_back(unjudgeable_check(tensor, 1.0, why));
         note(std::string(name) + ": " + why);
       }
     }
   }
-  bool pass = true;
-  for (const Check& c : v.checks) {
-    pass = pass && c.pass;
-    if (!std::isfinite(c.error) || !std::isfinite(c.budget))
-      note(std::string(output_tensor_name(c.tensor)) + ": " + c.basis.substr(0, c.basis.find(" (never passes)")));
-  }
-  v.status = pass ? Status::pass : Status::fail;
-  for (const std::string& text : notes) v.message += (v.message.empty() ? "" : "; ") + text;
+  finish_verdict(v, std::move(notes));
   return v;
 }
 

@@ -525,23 +525,34 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
     if (options.model != BudgetModel::bitwise) {
       const std::string why = reference_diagnosis(m);
       if (!why.empty()) {
-        Check c = make_check(tensor, "reference", double(m.ref_nan_count + m.ref_inf_count), 0.0, why);
-        c.margin = INFINITY;
-        c.pass = false;
-        v.checks.push_back(c);
+        v.checks.push_back(unjudgeable_check(tensor, double(m.ref_nan_count + m.ref_inf_count), why));
         note(std::string(name) + ": " + why);
       }
     }
   }
-  bool pass = true;
-  for (const Check& c : v.checks) {
-    pass = pass && c.pass;
-    if (!std::isfinite(c.error) || !std::isfinite(c.budget))
-      note(std::string(output_tensor_name(c.tensor)) + ": " + c.basis.substr(0, c.basis.find(" (never passes)")));
-  }
-  v.status = pass ? Status::pass : Status::fail;
-  for (const std::string& text : notes) v.message += (v.message.empty() ? "" : "; ") + text;
+  finish_verdict(v, std::move(notes));
   return v;
+}
+
+Check unjudgeable_check(OutputTensor tensor, double count, std::string why) {
+  Check c = make_check(tensor, "reference", count, 0.0, std::move(why));
+  c.margin = INFINITY;
+  c.pass = false;
+  return c;
+}
+
+void finish_verdict(Verdict& verdict, std::vector<std::string> notes) {
+  bool pass = true;
+  for (const Check& c : verdict.checks) {
+    pass = pass && c.pass;
+    if (!std::isfinite(c.error) || !std::isfinite(c.budget)) {
+      const std::string text =
+          std::string(output_tensor_name(c.tensor)) + ": " + c.basis.substr(0, c.basis.find(" (never passes)"));
+      if (std::find(notes.begin(), notes.end(), text) == notes.end()) notes.push_back(text);
+    }
+  }
+  verdict.status = pass ? Status::pass : Status::fail;
+  for (const std::string& text : notes) verdict.message += (verdict.message.empty() ? "" : "; ") + text;
 }
 
 CaseContext::CaseContext(std::string name, Problem problem, Inputs inputs, Oracle oracle)

@@ -91,6 +91,10 @@ struct Check {
 Check make_check(OutputTensor tensor, std::string metric, double error, double budget, std::string basis,
                  const std::string& error_why = "", const std::string& budget_why = "");
 
+// A check that fails because there is nothing to judge against (the oracle or its scale is
+// not finite): margin inf, never a pass, `why` as its basis. `count`: the offending elements.
+Check unjudgeable_check(OutputTensor tensor, double count, std::string why);
+
 struct Verdict {
   std::string case_name;
   std::string problem;         // Problem::describe()
@@ -112,6 +116,10 @@ struct Verdict {
   std::string details() const;  // every check and metric, several lines
 };
 std::ostream& operator<<(std::ostream& out, const Verdict& verdict);
+// The end of every judge (forward and gradients): PASS only when every check passes, else FAIL;
+// each check whose error or budget is not finite adds why to the notes; the notes, each once,
+// are appended to the message.
+void finish_verdict(Verdict& verdict, std::vector<std::string> notes);
 nlohmann::json to_json(const Verdict& verdict);
 nlohmann::json to_json(const Check& check);
 

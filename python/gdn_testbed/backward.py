@@ -38,6 +38,7 @@ import numpy as np
 from . import _core
 from .arrays import _NUMPY_DTYPES, as_numpy, as_numpy_inputs, numpy_inputs, torch_inputs
 from .casefile import read_case_file, write_case_file
+from .fuzzing import describe_failure
 from .space import _space_text
 
 GRADIENT_NAMES = ("dq", "dk", "dv", "dg", "dbeta", "da", "db", "dA_log", "ddt_bias", "dh0")
@@ -198,10 +199,6 @@ def autograd_kernel(forward_fn: Callable, *, name: Optional[str] = None, formula
 
 # ---- the fuzz loop --------------------------------------------------------------------------
 
-def _g(x) -> str:
-    return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)  # JSON writes inf and nan as text
-
-
 @dataclass
 class BackwardFailure:
     implementation: str
@@ -215,18 +212,7 @@ class BackwardFailure:
     original_verdict: "_core.Verdict"
 
     def describe(self) -> str:
-        lines = [f"{self.verdict.status} {self.implementation} on case {self.case_index} (seed {self.case_seed})",
-                 f"  shrunk case:  {self.shrunk_problem}",
-                 f"  as generated: {self.original_problem}"]
-        worst = self.verdict.worst_check
-        if worst is not None:
-            lines.append(f"  worst check:  {worst['tensor']} {worst['metric']} = {_g(worst['error'])}, budget "
-                         f"{_g(worst['budget'])}, margin {_g(worst['margin'])} ({worst['basis']})")
-        if self.verdict.message:
-            lines.append(f"  message:      {self.verdict.message.strip()[:2000]}")
-        lines.append(f"  saved:        {self.file}")
-        lines.append(f"  replay:       {self.replay}")
-        return "\n".join(lines)
+        return describe_failure(self)
 
 
 @dataclass

@@ -38,19 +38,28 @@ class Failure:
     shrink_steps: list = field(default_factory=list)
 
     def describe(self) -> str:
-        lines = [f"{self.verdict.status} {self.implementation} on case {self.case_index} "
-                 f"(seed {self.case_seed})",
-                 f"  shrunk case:  {self.shrunk_problem}",
-                 f"  as generated: {self.original_problem}"]
-        worst = self.verdict.worst_check
-        if worst is not None:
-            lines.append(f"  worst check:  {worst['tensor']} {worst['metric']} = {worst['error']:.3g}, budget "
-                         f"{worst['budget']:.3g}, margin {worst['margin']:.3g} ({worst['basis']})")
-        if self.verdict.message:
-            lines.append(f"  message:      {self.verdict.message.strip()[:2000]}")
-        lines.append(f"  case file:    {self.file}")
-        lines.append(f"  replay:       {self.replay}")
-        return "\n".join(lines)
+        return describe_failure(self)
+
+
+def _number(x) -> str:
+    """3 significant digits; a non-finite value as the verdict JSON writes it (text) stays text."""
+    return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)
+
+
+def describe_failure(f) -> str:
+    """A saved failure of fuzz or fuzz_backward, as check() and check_backward() print it."""
+    lines = [f"{f.verdict.status} {f.implementation} on case {f.case_index} (seed {f.case_seed})",
+             f"  shrunk case:  {f.shrunk_problem}",
+             f"  as generated: {f.original_problem}"]
+    worst = f.verdict.worst_check
+    if worst is not None:
+        lines.append(f"  worst check:  {worst['tensor']} {worst['metric']} = {_number(worst['error'])}, budget "
+                     f"{_number(worst['budget'])}, margin {_number(worst['margin'])} ({worst['basis']})")
+    if f.verdict.message:
+        lines.append(f"  message:      {f.verdict.message.strip()[:2000]}")
+    lines.append(f"  case file:    {f.file}")
+    lines.append(f"  replay:       {f.replay}")
+    return "\n".join(lines)
 
 
 @dataclass
