@@ -647,7 +647,9 @@ __device__ __forceinline__ SegmentPlace locate_segment(const ChunkedParams& p, s
     s.bos = seq_bos + s.ls * span < seq_eos ? seq_bos + s.ls * span : seq_eos;
     s.eos = s.bos + span < seq_eos ? s.bos + span : seq_eos;
   }
+#if GDN_KERNEL_FAULTS
   if (GDN_PLANTED(p, chunked_partial_chunk_dropped)) s.eos = s.bos + (s.eos - s.bos) / kC * kC;
+#endif
   s.first_chunk = s.bos < s.eos ? p.ws_offsets[s.n] + s.ls * (p.split_chunks > 0 ? p.split_chunks : 0) : 0;
   s.valid = !(s.bos < s.eos && s.first_chunk + (s.eos - s.bos + kC - 1) / kC > p.ws_chunks);
   return s;
@@ -756,9 +758,13 @@ __global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const Chun
       out[c] = mine + theirs;
     }
     if (active) {
+#if GDN_KERNEL_FAULTS
       const float4 next = GDN_PLANTED(p, chunked_split_carry_lost)
                               ? b_now
                               : make_float4(out[0] + b_now.x, out[1] + b_now.y, out[2] + b_now.z, out[3] + b_now.w);
+#else
+      const float4 next = make_float4(out[0] + b_now.x, out[1] + b_now.y, out[2] + b_now.z, out[3] + b_now.w);
+#endif
       // S(s + 1) over B_s in the workspace (the output pass reads it) and for the next step.
       *reinterpret_cast<float4*>(record(s) + std::int64_t(row) * W + column0) = next;
       *reinterpret_cast<float4*>(Sn + s_slot(row, half)) = next;
@@ -819,7 +825,11 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   const std::int64_t eos = seq_boundary(p, n + 1);
   const std::int64_t start = seq_boundary(p, n) + ci * kC;
   const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
-  const int h = GDN_PLANTED(p, chunked_gva_head_map) ? j0 % p.H : j0 / p.group;  // the pair's heads share it: group is even, j0 too
+#if GDN_KERNEL_FAULTS
+  const int h = GDN_PLANTED(p, chunked_gva_head_map) ? j0 % p.H : j0 / p.group;
+#else
+  const int h = j0 / p.group;  // the pair's heads share it: group is even, j0 too
+#endif
 
   std::uint64_t* const copied = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
   if constexpr (L::tma) {
@@ -886,7 +896,11 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
     bool reset[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
+#if GDN_KERNEL_FAULTS
       const bool valid = 2 * lane + e < c && !(GDN_PLANTED(p, chunked_last_token_gate_lost) && 2 * lane + e == kC - 1);
+#else
+      const bool valid = 2 * lane + e < c;
+#endif
       if (p.fused_gates) {
         gv[e] = valid ? -decay_rate * softplus(gates.g[e] + dt_bias) : 0.f;
         bv[e] = valid ? (p.negative_eigenvalues ? 2.f : 1.f) / (1.f + expf(-gates.b[e])) : 0.f;
@@ -961,20 +975,24 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
         sk += __shfl_xor_sync(0xffffffffu, sk, d);
       }
       if (part == 0) {
+        rq[row] = 1.f / sqrtf(sq + 1e-6f);
+        rk[row] = 1.f / sqrtf(sk + 1e-6f);
+#if GDN_KERNEL_FAULTS
         if (GDN_PLANTED(p, chunked_l2norm_eps_outside)) {
           rq[row] = 1.f / (sqrtf(sq) + 1e-6f);
           rk[row] = 1.f / (sqrtf(sk) + 1e-6f);
-        } else {
-          rq[row] = 1.f / sqrtf(sq + 1e-6f);
-          rk[row] = 1.f / sqrtf(sk + 1e-6f);
         }
+#endif
       }
     } else if (part == 0) {
       rq[row] = 1.f;
       rk[row] = 1.f;
     }
   }
-  if (!GDN_PLANTED(p, chunked_prepass_barrier_removed)) __syncthreads();
+#if GDN_KERNEL_FAULTS
+  if (!GDN_PLANTED(p, chunked_prepass_barrier_removed))
+#endif
+  __syncthreads();
 
   // --- phase 1: A = masked K K^T (fp32), P = masked Q K^T (input dtype), per head from one
   // product each ------------------------------------------------------------------------------
@@ -1322,10 +1340,14 @@ __global__ void __launch_bounds__(kThreads, Plan<E, KP, BV>::min_blocks) chunked
   const int j = pair % p.HV, n = pair / p.HV;
   const int h = j / p.group;
   const int v0 = vt * BV;
+#if GDN_KERNEL_FAULTS
   const std::int64_t bos = seq_boundary(p, n),
                      eos = GDN_PLANTED(p, chunked_partial_chunk_dropped)
                                ? bos + (seq_boundary(p, n + 1) - bos) / kC * kC
                                : seq_boundary(p, n + 1);
+#else
+  const std::int64_t bos = seq_boundary(p, n), eos = seq_boundary(p, n + 1);
+#endif
   const int srow0 = wm * 16 * MTS, col0 = wn * (BV / 2), row0 = wm * 16;
   const std::int64_t state_base = (static_cast<std::int64_t>(n) * p.HV + j) * p.K * p.V + v0;
   // The sequence's first global chunk: its records are (first_chunk + i) * HV + j.

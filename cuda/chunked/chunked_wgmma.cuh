@@ -165,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
   static_assert(!kSingle || kMode != WgMode::debug, "the debug mode traces the split design only");
   // A computed B operand into shared memory: hi + lo, or (single rounding) hi alone (store2:
   // the same rounding as store_split's hi); the lo tiles are then neither written nor read.
+#if GDN_KERNEL_FAULTS
   auto store_operand = [&p](E* hi, E* lo, float x0, float x1) {
     if constexpr (kSingle) {
       store2(hi, x0, x1);
@@ -173,6 +174,14 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
       if (GDN_PLANTED(p, chunked_state_lo_dropped)) store2(lo, 0.f, 0.f);
     }
   };
+#else
+  auto store_operand = [](E* hi, E* lo, float x0, float x1) {
+    if constexpr (kSingle)
+      store2(hi, x0, x1);
+    else
+      store_split(hi, lo, x0, x1);
+  };
+#endif
   using L = WgPlan<E, KP, BV, kMode == WgMode::affine>;
   using R = typename L::Rec;
   using E2 = std::conditional_t<std::is_same_v<E, __half>, __half2, __nv_bfloat162>;

@@ -46,11 +46,22 @@ __device__ __forceinline__ std::uint32_t pack(float x0, float x1) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
   return *reinterpret_cast<const std::uint32_t*>(&h);
 }
-// drop_lo: the planted fault chunked_state_lo_dropped (cuda/faults/planted_faults.hpp).
-__device__ __forceinline__ void split(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo, bool drop_lo = false) {
+// GDN_LO_FAULT: the planted fault chunked_state_lo_dropped in a fault-campaign build
+// (cuda/faults/planted_faults.hpp), nothing otherwise.
+#if GDN_KERNEL_FAULTS
+#define GDN_LO_FAULT , GDN_PLANTED(p, chunked_state_lo_dropped)
+__device__ __forceinline__ void split(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo, bool drop_lo) {
   hi = pack(x0, x1);
   const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
   lo = drop_lo ? 0u : pack(x0 - h0, x1 - h1);
+}
+#else
+#define GDN_LO_FAULT
+#endif
+__device__ __forceinline__ void split(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
+  hi = pack(x0, x1);
+  const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+  lo = pack(x0 - h0, x1 - h1);
 }
 
 }  // namespace wgt
@@ -227,10 +238,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     std::uint32_t s_hi[KS][4], s_lo[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ++ks) {
-      wgt::split(S[2 * ks][0], S[2 * ks][1], s_hi[ks][0], s_lo[ks][0], GDN_PLANTED(p, chunked_state_lo_dropped));
-      wgt::split(S[2 * ks][2], S[2 * ks][3], s_hi[ks][1], s_lo[ks][1], GDN_PLANTED(p, chunked_state_lo_dropped));
-      wgt::split(S[2 * ks + 1][0], S[2 * ks + 1][1], s_hi[ks][2], s_lo[ks][2], GDN_PLANTED(p, chunked_state_lo_dropped));
-      wgt::split(S[2 * ks + 1][2], S[2 * ks + 1][3], s_hi[ks][3], s_lo[ks][3], GDN_PLANTED(p, chunked_state_lo_dropped));
+      wgt::split(S[2 * ks][0], S[2 * ks][1], s_hi[ks][0], s_lo[ks][0] GDN_LO_FAULT);
+      wgt::split(S[2 * ks][2], S[2 * ks][3], s_hi[ks][1], s_lo[ks][1] GDN_LO_FAULT);
+      wgt::split(S[2 * ks + 1][0], S[2 * ks + 1][1], s_hi[ks][2], s_lo[ks][2] GDN_LO_FAULT);
+      wgt::split(S[2 * ks + 1][2], S[2 * ks + 1][3], s_hi[ks][3], s_lo[ks][3] GDN_LO_FAULT);
     }
     wg::fence();
 #pragma unroll
@@ -273,10 +284,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
             xv[q][half][1] = beta.y * (vf.y - w1 * X[nt][2 * half + 1]);
           }
         }
-        wgt::split(xv[0][0][0], xv[0][0][1], x_hi[m][0], x_lo[m][0], GDN_PLANTED(p, chunked_state_lo_dropped));
-        wgt::split(xv[0][1][0], xv[0][1][1], x_hi[m][1], x_lo[m][1], GDN_PLANTED(p, chunked_state_lo_dropped));
-        wgt::split(xv[1][0][0], xv[1][0][1], x_hi[m][2], x_lo[m][2], GDN_PLANTED(p, chunked_state_lo_dropped));
-        wgt::split(xv[1][1][0], xv[1][1][1], x_hi[m][3], x_lo[m][3], GDN_PLANTED(p, chunked_state_lo_dropped));
+        wgt::split(xv[0][0][0], xv[0][0][1], x_hi[m][0], x_lo[m][0] GDN_LO_FAULT);
+        wgt::split(xv[0][1][0], xv[0][1][1], x_hi[m][1], x_lo[m][1] GDN_LO_FAULT);
+        wgt::split(xv[1][0][0], xv[1][0][1], x_hi[m][2], x_lo[m][2] GDN_LO_FAULT);
+        wgt::split(xv[1][1][0], xv[1][1][1], x_hi[m][3], x_lo[m][3] GDN_LO_FAULT);
       }
     }
 
@@ -324,8 +335,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
           O[nt][2 * half] *= wq0;
           O[nt][2 * half + 1] *= wq1;
           const float x0 = Vacc[nt][2 * half], x1 = Vacc[nt][2 * half + 1];
-          wgt::split(x0, x1, vn[m][2 * q + half], vn_lo[m][2 * q + half], GDN_PLANTED(p, chunked_state_lo_dropped));
-          wgt::split(wd0 * x0, wd1 * x1, vd_hi[m][2 * q + half], vd_lo[m][2 * q + half], GDN_PLANTED(p, chunked_state_lo_dropped));
+          wgt::split(x0, x1, vn[m][2 * q + half], vn_lo[m][2 * q + half] GDN_LO_FAULT);
+          wgt::split(wd0 * x0, wd1 * x1, vd_hi[m][2 * q + half], vd_lo[m][2 * q + half] GDN_LO_FAULT);
         }
       }
     }

@@ -620,8 +620,14 @@ struct Tile {
     }
     float ik = 1.f, iq = 1.f;
     if (p.l2norm) {
-      ik = inverse_norm(sk[0]);
-      iq = inverse_norm(sq[0]);
+      ik = 1.f / sqrtf(sk[0] + 1e-6f);
+      iq = 1.f / sqrtf(sq[0] + 1e-6f);
+#if GDN_KERNEL_FAULTS
+      if (GDN_PLANTED(p, recurrent_l2norm_eps_outside)) {
+        ik = 1.f / (sqrtf(sk[0]) + 1e-6f);
+        iq = 1.f / (sqrtf(sq[0]) + 1e-6f);
+      }
+#endif
     }
     const float alpha = expf(g);
     const float qs = p.scale * iq;
@@ -647,18 +653,18 @@ struct Tile {
     }
   }
 
-  // 1 / sqrt(sum x^2 + 1e-6), the l2norm of §3.
-  __device__ __forceinline__ float inverse_norm(float sum) const {
-    if (GDN_PLANTED(p, recurrent_l2norm_eps_outside)) return 1.f / (sqrtf(sum) + 1e-6f);
-    return 1.f / sqrtf(sum + 1e-6f);
-  }
-
   // The inverse l2 norms of k and q (1 without l2norm).
   __device__ __forceinline__ void inverse_norms(float sk, float sq, float& ik, float& iq) const {
     ik = 1.f, iq = 1.f;
     if (p.l2norm) {
-      ik = inverse_norm(sk);
-      iq = inverse_norm(sq);
+      ik = 1.f / sqrtf(sk + 1e-6f);
+      iq = 1.f / sqrtf(sq + 1e-6f);
+#if GDN_KERNEL_FAULTS
+      if (GDN_PLANTED(p, recurrent_l2norm_eps_outside)) {
+        ik = 1.f / (sqrtf(sk) + 1e-6f);
+        iq = 1.f / (sqrtf(sq) + 1e-6f);
+      }
+#endif
     }
   }
 
@@ -836,7 +842,9 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
     bos = static_cast<const std::int32_t*>(p.cu_seqlens)[n];
     eos = static_cast<const std::int32_t*>(p.cu_seqlens)[n + 1];
   }
+#if GDN_KERNEL_FAULTS
   if (GDN_PLANTED(p, recurrent_overrun_last_sequence) && p.cu_seqlens != nullptr && n == p.N - 1) eos += 1;
+#endif
 
   const TileT tl(p, lane, tile, j);
   const std::int64_t state_elems = std::int64_t(p.K) * p.V;
@@ -844,7 +852,9 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
   // decode waits for one dependent load (the index), not three.
   typename TileT::TokenT cur;
   if (bos < eos) tl.load_token(bos, cur);
+#if GDN_KERNEL_FAULTS
   if (GDN_PLANTED(p, decode_padding_uses_slot0) && row == -1) row = 0;
+#endif
   if (p.use_cache) {
     if (row == -1) {
       // Padding (§5): read and write nothing in the cache; output rows are zeros.
@@ -886,9 +896,14 @@ __global__ void __launch_bounds__(WPB * 32) recurrent_kernel(const __grid_consta
       if (RPL <= 16 && has_next) tl.load_token(t + 1, next);
       float o[CPL];
       tl.step(cur, s, o);
+#if GDN_KERNEL_FAULTS
       if (!(GDN_PLANTED(p, recurrent_last_row_unwritten) && t + 1 == eos)) tl.store_o(t, o);
       if (p.store_intermediate)
         tl.store_state(tl.intermediate_at(GDN_PLANTED(p, recurrent_intermediate_shifted) && t > bos ? t - 1 : t), s);
+#else
+      tl.store_o(t, o);
+      if (p.store_intermediate) tl.store_state(tl.intermediate_at(t), s);
+#endif
       if (has_next) {
         if (RPL <= 16) cur = next;
         else tl.load_token(t + 1, cur);
@@ -934,7 +949,9 @@ __global__ void __launch_bounds__(WPB * 32) decode_token_kernel(const __grid_con
   tl.load_token(n, x);  // request n's one token is token n
   float head_gates[2] = {0.f, 0.f};
   if (p.fused_gates) head_gates[0] = p.dt_bias[j], head_gates[1] = p.A_log[j];
+#if GDN_KERNEL_FAULTS
   if (GDN_PLANTED(p, decode_padding_uses_slot0) && row == -1) row = 0;
+#endif
   if (p.use_cache) {
     if (row == -1) {
       // Padding (§5): read and write nothing in the cache; the output row is zeros.
@@ -956,7 +973,10 @@ __global__ void __launch_bounds__(WPB * 32) decode_token_kernel(const __grid_con
   tl.token_part(x, head_gates, part);
   float o[4];
   tl.state_part(x, part, s, o);
-  if (!GDN_PLANTED(p, recurrent_last_row_unwritten)) tl.store_o(n, o);
+#if GDN_KERNEL_FAULTS
+  if (!GDN_PLANTED(p, recurrent_last_row_unwritten))
+#endif
+  tl.store_o(n, o);
   if (p.has_hT) tl.template store_state<false, kLayout>((p.use_cache ? p.state_cache : p.hT) + (row * p.HV + j) * kStateElems, s);
 }
 
