@@ -15,6 +15,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "fuzz/backward_properties.hpp"
+#include "oracle/backward_budget.hpp"
 #include "oracle/case_file.hpp"
 
 
@@ -154,6 +156,7 @@ nlohmann::json FuzzResult::to_json(const FuzzOptions& options) const {
   for (const auto* e : options.implementations) j["implementations"].push_back(e->name);
   j["budget"] = options.budget ? options.budget->describe() : "per implementation";
   j["cases_limit"] = options.cases;  // --cases, the campaign's total (0: none): merge compares it
+  j["backward"] = options.backward;
   j["cases"] = cases;
   j["seconds"] = seconds;
   j["cases_per_second"] = seconds > 0 ? cases / seconds : 0.0;
@@ -194,14 +197,57 @@ std::map<std::string, std::string> common_metadata(const FuzzOptions& options, c
                                                    const Implementation& impl, const oracle::BudgetOptions& budget) {
   std::map<std::string, std::string> m;
   m["gdn.implementation"] = entry.name;
-  m["gdn.formulation"] = impl.formulation() == Formulation::chunked ? "chunked" : "sequential";
-  if (impl.formulation() == Formulation::chunked) m["gdn.chunk_size"] = std::to_string(impl.chunk_size());
+  // The formulation the file is judged by: the backward's for a backward campaign.
+  const Formulation formulation = options.backward ? impl.backward_formulation() : impl.formulation();
+  m["gdn.formulation"] = formulation == Formulation::chunked ? "chunked" : "sequential";
+  if (formulation == Formulation::chunked) m["gdn.chunk_size"] = std::to_string(impl.chunk_size());
   m["gdn.budget"] = budget.describe();
   m["gdn.versions"] = build_versions().dump();
   m["gdn.device"] = options.device >= 0 ? "device " + std::to_string(options.device) : "cpu";
   m["gdn.command"] = options.command;
   return m;
 }
+
+// One case as the campaign judges it: the forward (oracle::CaseContext) or, for a backward
+// campaign, the backward on the cotangents drawn from the case's seed for this case's shape
+// (oracle::BackwardContext). The oracle's results are computed once and shared by every
+// implementation judged on it.
+class CaseJudge {
+ public:
+  CaseJudge(bool backward, const std::string& name, const Problem& problem, const Inputs& inputs, std::uint64_t seed)
+      : backward_(backward), name_(name), problem_(problem) {
+    if (!backward) {
+      forward_.emplace(name, problem, inputs);
+    } else if (oracle::backward_in_scope(problem, &out_of_scope_)) {
+      cotangents_ = fuzz::make_backward_inputs(problem, seed);
+      backward_context_.emplace(name, problem, inputs, cotangents_);
+    }
+  }
+  oracle::Verdict evaluate(Implementation& impl, const oracle::BudgetOptions& budget, Outputs<double>* outputs = nullptr,
+                           Gradients<double>* gradients = nullptr) {
+    if (!backward_) return oracle::evaluate(impl, *forward_, budget, outputs);
+    if (backward_context_) return oracle::evaluate_backward(impl, *backward_context_, budget, gradients);
+    oracle::Verdict v;  // a space wider than the backward's scope: nothing to judge
+    v.case_name = name_;
+    v.implementation = impl.name();
+    v.problem = problem_.describe();
+    v.budget = budget.describe();
+    v.status = oracle::Status::skipped;
+    v.message = "outside the backward's scope: " + out_of_scope_;
+    return v;
+  }
+  // Empty (dO undefined) when the case is outside the backward's scope or not a backward case.
+  const BackwardInputs& cotangents() const { return cotangents_; }
+
+ private:
+  bool backward_;
+  std::string name_;
+  Problem problem_;
+  std::string out_of_scope_;
+  BackwardInputs cotangents_;
+  std::optional<oracle::CaseContext> forward_;
+  std::optional<oracle::BackwardContext> backward_context_;
+};
 
 }  // namespace
 
@@ -221,8 +267,12 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
     oracle::BudgetOptions budget;
   };
   std::vector<Subject> subjects;
-  for (const oracle::RegistryEntry* e : options.implementations)
-    subjects.push_back({e, e->make(), options.budget ? *options.budget : e->default_budget});
+  for (const oracle::RegistryEntry* e : options.implementations) {
+    const oracle::BudgetOptions budget = !options.backward ? (options.budget ? *options.budget : e->default_budget)
+                                         : options.budget  ? oracle::gradient_budget(*options.budget)
+                                                           : oracle::backward_budget_of(*e);
+    subjects.push_back({e, e->make(), budget});
+  }
 
   FuzzResult result;
   std::int64_t saved = 0;
@@ -266,12 +316,13 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
     const std::uint64_t seed = case_seed(options.seed, index);
     GeneratedCase generated = options.generator(seed);
     const std::string name = "fuzz/" + std::to_string(index);
-    oracle::CaseContext context(name, generated.problem, generated.inputs);
+    CaseJudge context(options.backward, name, generated.problem, generated.inputs, seed);
     ++result.cases;
     bool stop = false;
     for (Subject& s : subjects) {
       Outputs<double> actual;
-      const oracle::Verdict v = oracle::evaluate(*s.impl, context, s.budget, &actual);
+      Gradients<double> actual_gradients;
+      const oracle::Verdict v = context.evaluate(*s.impl, s.budget, &actual, &actual_gradients);
       ImplementationTally& tally = result.tallies[s.entry->name];
       switch (v.status) {
         case oracle::Status::pass: ++tally.pass; break;
@@ -315,8 +366,8 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
           "another run-to-run difference); the original case is kept unshrunk. Replay it several times and "
           "under compute-sanitizer --tool racecheck, then --tool initcheck";
       {
-        oracle::CaseContext again_context(name, generated.problem, generated.inputs);
-        f.nondeterministic = oracle::evaluate(*s.impl, again_context, s.budget).status != v.status;
+        CaseJudge again(options.backward, name, generated.problem, generated.inputs, seed);
+        f.nondeterministic = again.evaluate(*s.impl, s.budget).status != v.status;
       }
       ConcreteCase smallest{generated.problem, generated.inputs};
       if (options.shrink && !f.nondeterministic) {
@@ -326,8 +377,9 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
         const ShrinkResult shrunk = shrink(
             smallest,
             [&](const ConcreteCase& c) {
-              oracle::CaseContext candidate(name, c.problem, c.inputs);
-              return oracle::evaluate(*s.impl, candidate, s.budget).status == wanted;
+              // A backward candidate gets the cotangents drawn from the case's seed for its shape.
+              CaseJudge candidate(options.backward, name, c.problem, c.inputs, seed);
+              return candidate.evaluate(*s.impl, s.budget).status == wanted;
             },
             so);
         smallest = shrunk.smallest;
@@ -336,9 +388,11 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
         f.shrink_steps = shrunk.steps;
       }
       Outputs<double> shrunk_outputs;
+      Gradients<double> shrunk_gradients;
+      std::optional<CaseJudge> shrunk_context;
       if (!f.nondeterministic) {
-        oracle::CaseContext shrunk_context(name + " (shrunk)", smallest.problem, smallest.inputs);
-        f.verdict = oracle::evaluate(*s.impl, shrunk_context, s.budget, &shrunk_outputs);
+        shrunk_context.emplace(options.backward, name + " (shrunk)", smallest.problem, smallest.inputs, seed);
+        f.verdict = shrunk_context->evaluate(*s.impl, s.budget, &shrunk_outputs, &shrunk_gradients);
         // Every accepted shrink step failed; a shrunk case that no longer fails means the
         // implementation did not repeat itself on one of them.
         if (f.verdict.status != v.status) f.nondeterministic = true;
@@ -352,13 +406,24 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
         f.shrunk_problem = smallest.problem.describe();
         f.file = stem + ".safetensors";
       }
-      // The case as generated, with the outputs that failed.
+      // A backward case file holds its cotangents (drawn from the case's seed, as
+      // generate --backward writes them) and, for a FAIL, the gradients that failed.
+      auto add_backward = [&](oracle::CaseFile& file, const CaseJudge& judged, const Gradients<double>& gradients,
+                              oracle::Status status) {
+        if (!options.backward || !judged.cotangents().dO.defined()) return;
+        file.backward = judged.cotangents();
+        if (status == oracle::Status::fail) file.gradients = gradients;
+        file.metadata["gdn.backward"] =
+            nlohmann::json{{"seed", std::to_string(seed)}, {"generator", "fuzz::make_backward_inputs"}}.dump();
+      };
+      // The case as generated, with the outputs (or gradients) that failed.
       {
         oracle::CaseFile file;
         file.problem = generated.problem;
         file.inputs = generated.inputs;
-        if (v.status == oracle::Status::fail) file.outputs = actual;
+        if (v.status == oracle::Status::fail && !options.backward) file.outputs = actual;
         file.metadata = metadata;
+        add_backward(file, context, actual_gradients, v.status);
         file.metadata["gdn.case_name"] = name;
         file.metadata["gdn.generator"] = generated.generator.dump();
         file.metadata["gdn.verdict"] = oracle::to_json(v).dump();
@@ -371,8 +436,9 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
         oracle::CaseFile file;
         file.problem = smallest.problem;
         file.inputs = smallest.inputs;
-        if (f.verdict.status == oracle::Status::fail) file.outputs = shrunk_outputs;
+        if (f.verdict.status == oracle::Status::fail && !options.backward) file.outputs = shrunk_outputs;
         file.metadata = metadata;
+        add_backward(file, *shrunk_context, shrunk_gradients, f.verdict.status);
         file.metadata["gdn.case_name"] = name + " (shrunk)";
         file.metadata["gdn.shrunk_from"] = f.original_file;
         nlohmann::json steps = f.shrink_steps;

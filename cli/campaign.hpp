@@ -54,6 +54,14 @@ struct FuzzOptions {
   // neither shrunk, saved nor listed.
   int max_saved_failures = 10;
   bool stop_at_first_failure = false;
+  // Fuzz the backward (Implementation::backward) instead of the forward: the generator draws from
+  // the backward's space (fuzz::backward_space), each case's cotangents come from
+  // fuzz::make_backward_inputs with the case's seed (drawn again with that seed for every shape
+  // the shrinker tries, as gdn_testbed.fuzz_backward does), the gradients are judged by
+  // oracle::evaluate_backward under each implementation's backward budget
+  // (oracle::backward_budget_of, or `budget` applied to gradients), and a failure's case files
+  // hold in.dO, in.dhT and the run's gradients (gdn-case/2).
+  bool backward = false;
   CaseGenerator generator;                 // required
   const std::atomic<bool>* interrupted = nullptr;  // SIGINT: finish the case, write the summary
   std::ostream* progress = nullptr;        // progress lines, e.g. &std::cerr

@@ -5,7 +5,8 @@
 # BUILD_DIR: `cmake --install` there, then the installed binary elsewhere), and the regressions of
 # issue 29: verify-empty | batch-errors | merge-checked | fuzz-args | fuzz-lock |
 # stale-temporaries | generate-force; generate-verify-backward (BUILD_DIR: the Python package's
-# staging folder)
+# staging folder); the backward in conformance and fuzz (issue 31): conformance-backward |
+# conformance-backward-fault | fuzz-backward
 set -euo pipefail
 repro=$(cd "$(dirname "$0")/../oracle/tests/repro" && pwd)
 bin=$1
@@ -116,8 +117,11 @@ usage)
   done
   for flag in --impl --budget --seed --seconds --cases --shard --device --out --json --max-failures \
               --stop-at-first --no-shrink --quiet --max-K --max-V --K-multiple --max-tokens \
-              --max-sequences --max-work --intermediate; do
+              --max-sequences --max-work --intermediate --backward; do
     grep -q -- "^  $flag " help-fuzz.txt || { echo "fuzz --help does not describe $flag"; exit 1; }
+  done
+  for flag in --backward --backward-only; do
+    grep -q -- "^  $flag " help-conformance.txt || { echo "conformance --help does not describe $flag"; exit 1; }
   done
   expect_usage_error() {  # expect_usage_error TEXT ARGS...: exit 2, TEXT in the message
     local text=$1; shift
@@ -343,6 +347,128 @@ first = next(i for i, v in enumerate(planted) if v["status"] == "FAIL")
 open("planted_fail.txt", "w").write(f"planted/case-{first:05d}.safetensors")
 PY
   expect_rc 0 "$bin" replay "$(cat planted_fail.txt)" --expect fail
+  ;;
+conformance-backward)
+  # The references' backward passes against the long double adjoint; an implementation without
+  # a backward is SKIPPED, never PASSED. Backward verdicts' case names end in /backward.
+  "$bin" conformance --backward-only --json verdicts.json --junit junit.xml \
+    --impl 'reference.sequential.f64,reference.chunked.f64,reference.chunked.f64.c37,reference.emulate.sequential,reference.emulate.chunked,model.chunked.split_state_pv' \
+    > out.txt
+  grep -q '<testsuites' junit.xml
+  grep -q 'SKIPPED model.chunked.split_state_pv (backward): no backward' out.txt || { cat out.txt; exit 1; }
+  python3 - <<'PY'
+import json
+j = json.load(open("verdicts.json"))
+v = j["verdicts"]
+cases = {x["case"] for x in v}
+assert len(cases) >= 20 and all(c.endswith("/backward") for c in cases), sorted(cases)[:3]
+assert len(v) == 6 * len(cases), len(v)
+gradients = {"dq", "dk", "dv", "dg", "dbeta", "da", "db", "dA_log", "ddt_bias", "dh0"}
+for x in v:
+    if x["implementation"] == "model.chunked.split_state_pv":
+        assert x["status"] == "SKIPPED" and "no backward" in x["message"], x
+        continue
+    assert x["status"] == "PASS", (x["implementation"], x["case"], x["message"])
+    tensors = [c["tensor"] for c in x["checks"]]
+    assert tensors[:3] == ["dq", "dk", "dv"] and set(tensors) <= gradients, tensors
+    assert x["budget"] == ("calibrated" if "emulate" in x["implementation"] else "analytic"), x["budget"]
+s = j["summary"]
+assert s["pass"] == 5 * len(cases) and s["skipped"] == len(cases) and s["fail"] + s["error"] == 0, s
+PY
+  # Forward and backward in one run: the forward verdicts first, then the backward's.
+  "$bin" conformance --backward --no-golden --impl reference.chunked.f64.c37 --json both.json > both.txt
+  python3 - <<'PY'
+import json
+v = json.load(open("both.json"))["verdicts"]
+kinds = [x["case"].endswith("/backward") for x in v]
+assert kinds == sorted(kinds) and 0 < kinds.count(True) < len(kinds), kinds
+assert all(x["status"] in ("PASS", "SKIPPED") for x in v), [(x["case"], x["status"]) for x in v]
+assert all(x["status"] == "PASS" for x in v if x["case"].endswith("/backward"))
+assert {c["tensor"] for x in v if not x["case"].endswith("/backward") for c in x["checks"]} <= {"o", "hT", "intermediate"}
+PY
+  # Nothing with a backward selected: every backward verdict SKIPPED, none passed (the forward's
+  # rule: SKIPPED is not a failure, exit 0, and the table says why).
+  expect_rc 0 "$bin" conformance --backward-only --impl fault.dropped_decay --json skipped.json
+  grep -q 'SKIPPED fault.dropped_decay (backward): no backward' out.txt || { cat out.txt; exit 1; }
+  python3 -c 'import json; s = json.load(open("skipped.json"))["summary"]; assert s["pass"] == 0 and s["skipped"] == s["total"] > 0, s'
+  ;;
+conformance-backward-fault)
+  # The planted backward faults fail conformance --backward, the failing check naming the
+  # tensor; their forward is correct and passes in the same run.
+  expect_rc 1 "$bin" conformance --backward --no-golden --impl fault.backward_dg_sign,fault.backward_dk_last_token \
+    --json faults.json --verbose
+  grep -q 'dk.rel_terms' out.txt && grep -Eq 'd[ga].rel_terms' out.txt || { cat out.txt; exit 1; }
+  python3 - <<'PY'
+import json
+v = json.load(open("faults.json"))["verdicts"]
+forward = [x for x in v if not x["case"].endswith("/backward")]
+backward = [x for x in v if x["case"].endswith("/backward")]
+assert forward and all(x["status"] in ("PASS", "SKIPPED") for x in forward), [(x["case"], x["status"]) for x in forward]
+for name, tensors in (("fault.backward_dg_sign", {"dg", "da"}), ("fault.backward_dk_last_token", {"dk"})):
+    mine = [x for x in backward if x["implementation"] == name]
+    failed = [x for x in mine if x["status"] == "FAIL"]
+    assert len(failed) >= len(mine) // 2, (name, [x["status"] for x in mine])
+    assert all(x["status"] in ("PASS", "FAIL") for x in mine), [x["message"] for x in mine if x["status"] not in ("PASS", "FAIL")]
+    for x in failed:
+        bad = {c["tensor"] for c in x["checks"] if not c["pass"]}
+        assert bad and bad <= tensors, (name, x["case"], bad)
+PY
+  ;;
+fuzz-backward)
+  # The references' backward against the oracle: a short campaign finds nothing.
+  "$bin" fuzz --backward --cases 24 --seed 5 --max-work 200000 --out clean --quiet > clean.txt
+  python3 - <<'PY'
+import json
+j = json.load(open("clean/results-shard-0-of-1.json"))
+assert j["backward"] is True and j["failures_total"] == 0, j["failures"]
+assert j["cases"] == 24 and len(j["tallies"]) == 3, j["tallies"]
+for name, t in j["tallies"].items():
+    assert t["pass"] == 24 and t["skipped"] == 0, (name, t)
+PY
+  # The planted fault: caught, shrunk, saved as a gdn-case/2 file with dO, dhT and the failing
+  # gradients, and the replay command the results give reproduces the FAIL.
+  expect_rc 1 "$bin" fuzz --backward --impl fault.backward_dk_last_token --cases 500 --stop-at-first --seed 3 \
+    --out out --quiet
+  python3 - <<'PY'
+import json
+j = json.load(open("out/results-shard-0-of-1.json"))
+assert j["backward"] is True and len(j["failures"]) == 1, j["failures"]
+f = j["failures"][0]
+assert f["status"] == "FAIL" and not f["nondeterministic"] and f["shrink_steps"], f
+failing = {c["tensor"] for c in f["verdict"]["checks"] if not c["pass"]}
+assert failing == {"dk"}, failing
+open("file.txt", "w").write(f["file"])
+open("replay.txt", "w").write(f["replay"] + "\n")
+PY
+  file=$(cat file.txt)
+  read -r -a replay < replay.txt
+  [ "${replay[1]}" = replay ] && [ "${replay[2]}" = "$file" ] || { cat replay.txt; exit 1; }
+  expect_rc 1 "$bin" "${replay[@]:1}"
+  grep -q 'FAIL' out.txt && grep -q "re-ran fault.backward_dk_last_token's backward" out.txt || { cat out.txt; exit 1; }
+  grep -q 'dk' out.txt || { cat out.txt; exit 1; }
+  "$bin" replay "$file" --expect fail > /dev/null
+  # The same case passes the correct reference's backward, and verify judges the stored gradients.
+  "$bin" replay "$file" --impl reference.sequential.f64 --expect pass > /dev/null
+  expect_rc 1 "$bin" verify "$file"
+  python3 - "$file" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+meta = header["__metadata__"]
+assert meta["gdn.format"] in ("gdn-case/2", "gdn-case/3"), meta["gdn.format"]  # the oldest version holding it
+assert "in.dO" in header and "out.dk" in header and "out.o" not in header, sorted(header)
+assert json.loads(meta["gdn.backward"])["generator"] == "fuzz::make_backward_inputs"
+problem = json.loads(meta["gdn.problem"])
+assert problem["K"] == 1 and problem["V"] == 1 and problem["HV"] == 1, problem
+PY
+  # Only forward implementations selected: SKIPPED (77), never a pass; bad combinations refused.
+  expect_rc 77 "$bin" fuzz --backward --impl fault.dropped_decay --cases 3 --out skip --quiet
+  grep -q 'SKIPPED fault.dropped_decay: no backward' out.txt || { cat out.txt; exit 1; }
+  expect_rc 2 "$bin" fuzz --backward --intermediate --cases 1 --out u
+  grep -q -- '--intermediate' err.txt || { cat err.txt; exit 1; }
+  expect_rc 2 "$bin" fuzz --backward --budget 'calibrated(baseline=operands_single)' --cases 1 --out u
+  grep -q 'no operand model' err.txt || { cat err.txt; exit 1; }
   ;;
 *)
   echo "unknown step $step"; exit 2 ;;

@@ -37,10 +37,11 @@ bool budget_no_looser(const oracle::BudgetOptions& a, const oracle::BudgetOption
   return false;
 }
 
-oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
-                                  const oracle::RegistryEntry* entry, std::string* note) {
+namespace {
+
+oracle::BudgetOptions budget_with_default(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
+                                          const oracle::BudgetOptions& fallback, std::string* note) {
   if (given) return *given;
-  const oracle::BudgetOptions fallback = entry ? entry->default_budget : oracle::BudgetOptions{};
   // The one parser of the gdn.* judge keys (the reader runs it too); a malformed value throws.
   const oracle::JudgeSettings settings = oracle::judge_settings(c.metadata, c.problem, "case file");
   if (!settings.budget) return fallback;
@@ -50,6 +51,22 @@ oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional
     *note = "the file's gdn.budget " + b.describe() + " is looser than, or not comparable with, the default " +
             fallback.describe() + ": judged with the default (--budget B to judge otherwise)";
   return fallback;
+}
+
+}  // namespace
+
+oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
+                                  const oracle::RegistryEntry* entry, std::string* note) {
+  return budget_with_default(c, given, entry ? entry->default_budget : oracle::BudgetOptions{}, note);
+}
+
+oracle::BudgetOptions file_gradient_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
+                                           const oracle::RegistryEntry* entry, std::string* note) {
+  std::string why;
+  const oracle::BudgetOptions b =
+      budget_with_default(c, given, entry ? oracle::backward_budget_of(*entry) : oracle::BudgetOptions{}, &why);
+  if (note && !why.empty()) *note = "gradients: " + why;
+  return b;
 }
 
 oracle::Verdict error_verdict(const std::string& path, const std::string& implementation, const std::string& message) {
@@ -74,14 +91,10 @@ oracle::Verdict judge_file_gradients(const oracle::CaseFile& c, const std::strin
                                      const std::string& implementation, const oracle::BudgetOptions& budget) {
   if (!c.gradients || !c.backward)
     throw std::invalid_argument("judge_file_gradients: the case holds no gradients and cotangents");
-  oracle::BudgetOptions b = budget;
+  // The operand model is the chunked forward kernel's; gradients are calibrated on the fp32
+  // emulation of the backward, their one baseline.
   std::string note;
-  if (b.model == oracle::BudgetModel::calibrated && b.baseline != oracle::BudgetBaseline::emulation) {
-    // The operand model is the chunked forward kernel's; gradients are calibrated on the fp32
-    // emulation of the backward, their one baseline.
-    b.baseline = oracle::BudgetBaseline::emulation;
-    note = "gradients: the backward has no operand model, judged with " + b.describe();
-  }
+  const oracle::BudgetOptions b = oracle::gradient_budget(budget, &note);
   // The one parser of the gdn.* judge keys, as for the outputs (a malformed value throws).
   const oracle::JudgeSettings settings = oracle::judge_settings(c.metadata, c.problem, case_name);
   oracle::BackwardContext context(case_name, c.problem, c.inputs, *c.backward);
@@ -128,8 +141,10 @@ oracle::Verdict judge_case(const oracle::CaseFile& c, const std::string& path,
                            path + " holds no outputs (out.o) and no gradients (out.dq ...): run the external "
                                   "implementation on it first");
     const oracle::RegistryEntry* entry = find_entry && c.metadata.count("gdn.implementation") ? find_entry(name) : nullptr;
-    std::string note;
-    const oracle::BudgetOptions b = file_budget(c, budget, entry, &note);
+    std::string note, gradient_note;
+    const oracle::BudgetOptions b = file_budget(c, budget, entry, c.outputs ? &note : nullptr);
+    const oracle::BudgetOptions gb = c.gradients ? file_gradient_budget(c, budget, entry, &gradient_note) : b;
+    if (!gradient_note.empty()) note += (note.empty() ? "" : "; ") + gradient_note;
     const oracle::JudgeSettings settings = oracle::judge_settings(c.metadata, c.problem, path);
     const Formulation formulation = settings.formulation;
     const int chunk_size = settings.chunk_size;
@@ -142,8 +157,8 @@ oracle::Verdict judge_case(const oracle::CaseFile& c, const std::string& path,
     // A file with gradients: the backward judged too, its checks named dq ... dh0 in the same
     // verdict.
     oracle::Verdict v = !c.gradients ? *forward
-                        : forward    ? combine_verdicts(*forward, judge_file_gradients(c, case_name, name, b))
-                                     : judge_file_gradients(c, case_name, name, b);
+                        : forward    ? combine_verdicts(*forward, judge_file_gradients(c, case_name, name, gb))
+                                     : judge_file_gradients(c, case_name, name, gb);
     // The file's path first, then why the budget was chosen, then the oracle's own explanation
     // (non-finite errors or budgets are explained there).
     std::string message = note.empty() ? path : path + "; " + note;

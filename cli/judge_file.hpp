@@ -23,6 +23,10 @@ bool budget_no_looser(const oracle::BudgetOptions& candidate, const oracle::Budg
 // otherwise the default is used and *note says so. A malformed gdn.budget throws CaseFileError.
 oracle::BudgetOptions file_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
                                   const oracle::RegistryEntry* entry, std::string* note = nullptr);
+// The same for the file's gradients: the default is the entry's backward budget
+// (oracle::backward_budget_of), else calibrated; the file's gdn.budget under the same rule.
+oracle::BudgetOptions file_gradient_budget(const oracle::CaseFile& c, const std::optional<oracle::BudgetOptions>& given,
+                                           const oracle::RegistryEntry* entry, std::string* note = nullptr);
 
 // Judges the outputs and the gradients a case file holds (one verdict; its checks name o, hT,
 // ... and dq ... dh0). Never throws: a file that cannot be read, is not a regular file (a

@@ -65,10 +65,17 @@ void print_table(std::ostream& out, const std::vector<oracle::Verdict>& verdicts
   const Tally t = tally(verdicts);
   out << "\n" << t.total() << " verdicts: " << t.pass << " passed, " << t.fail << " failed, " << t.error << " errors, "
       << t.skipped << " skipped\n";
-  // Skip reasons once per implementation, so a SKIPPED row is never mistaken for a pass.
+  // Skip reasons once per implementation (and once more for its backward's verdicts, whose case
+  // names end in /backward), so a SKIPPED row is never mistaken for a pass.
   std::map<std::string, std::string> skip_reasons;
-  for (const oracle::Verdict& v : verdicts)
-    if (v.status == oracle::Status::skipped && !skip_reasons.count(v.implementation)) skip_reasons[v.implementation] = v.message;
+  const std::string backward_suffix = "/backward";
+  for (const oracle::Verdict& v : verdicts) {
+    const bool backward = v.case_name.size() >= backward_suffix.size() &&
+                          v.case_name.compare(v.case_name.size() - backward_suffix.size(), backward_suffix.size(),
+                                              backward_suffix) == 0;
+    const std::string key = v.implementation + (backward ? " (backward)" : "");
+    if (v.status == oracle::Status::skipped && !skip_reasons.count(key)) skip_reasons[key] = v.message;
+  }
   for (const auto& [impl, why] : skip_reasons) out << "  SKIPPED " << impl << ": " << why << "\n";
   if (verbose)
     for (const oracle::Verdict& v : verdicts)

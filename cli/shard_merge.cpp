@@ -76,6 +76,7 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards, const st
   // What makes shards parts of one campaign: recorded from the first, compared with the rest.
   std::string seed, budget;
   nlohmann::json implementations, cases_limit;
+  bool backward = false;
   for (std::size_t n = 0; n < shards.size(); ++n) {
     const ShardReader r{shards[n], n < names.size() ? names[n] : "shard result " + std::to_string(n + 1)};
     const nlohmann::json& s = shards[n];
@@ -94,7 +95,11 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards, const st
       r.fail("'cases_limit' is not an integer >= 0");
     const std::string this_seed = r.string(s, "seed");
     const std::string this_budget = r.string(s, "budget");
+    // fuzz --backward (absent in results of earlier versions, which fuzzed the forward only).
+    bool this_backward = false;
+    if (s.contains("backward")) this_backward = r.typed(s, "backward", value_t::boolean, "a boolean").get<bool>();
     if (n == 0) {
+      backward = this_backward;
       seed = this_seed;
       budget = this_budget;
       implementations = impls;
@@ -107,6 +112,9 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards, const st
       if (impls != implementations)
         r.fail("other implementations (--impl " + impls.dump() + ", the first shard's are " + implementations.dump() + ")");
       if (this_budget != budget) r.fail("another budget (" + this_budget + ", the first shard's is " + budget + ")");
+      if (this_backward != backward)
+        r.fail(std::string("another campaign (") + (this_backward ? "the backward" : "the forward") +
+               ", the first shard's fuzzed the " + (backward ? "backward" : "forward") + ")");
       if (limit != cases_limit)
         r.fail("another --cases (" + limit.dump() + ", the first shard's is " + cases_limit.dump() + ")");
     }
@@ -164,6 +172,7 @@ nlohmann::json merge_results(const std::vector<nlohmann::json>& shards, const st
   out["implementations"] = implementations;
   out["budget"] = budget;
   out["cases_limit"] = cases_limit;
+  out["backward"] = backward;
   out["missing_shards"] = nlohmann::json::array();
   for (std::int64_t i = 0; i < count; ++i)
     if (!seen.count(i)) out["missing_shards"].push_back(i);

@@ -2,7 +2,9 @@
 
 #include <functional>
 
+#include "fuzz/backward_properties.hpp"
 #include "fuzz/sample.hpp"
+#include "oracle/backward_budget.hpp"
 #include "oracle/implementations.hpp"
 #include "oracle/reproducibility.hpp"
 
@@ -243,6 +245,55 @@ std::vector<oracle::Verdict> conformance_verdicts(const std::vector<const oracle
       // that a race shows in CI even when its values stay within the budget.
       if (entries[i]->check_reproducibility)
         oracle::add_reproducibility_checks(v, *impls[i], c.problem, c.inputs, actual);
+      verdicts.push_back(std::move(v));
+    }
+  }
+  return verdicts;
+}
+
+std::vector<BackwardCase> backward_conformance_cases(std::size_t* out_of_scope) {
+  std::vector<BackwardCase> out;
+  std::size_t left_out = 0;
+  for (GeneratedCase& c : conformance_cases()) {
+    if (!oracle::backward_in_scope(c.problem)) {
+      ++left_out;
+      continue;
+    }
+    BackwardCase b;
+    b.seed = std::stoull(c.generator.at("seed").get<std::string>());
+    b.cotangents = fuzz::make_backward_inputs(c.problem, b.seed);
+    b.generated = std::move(c);
+    out.push_back(std::move(b));
+  }
+  if (out_of_scope) *out_of_scope = left_out;
+  return out;
+}
+
+std::vector<oracle::Verdict> backward_conformance_verdicts(const std::vector<const oracle::RegistryEntry*>& entries,
+                                                           const std::optional<oracle::BudgetOptions>& budget) {
+  std::vector<oracle::Verdict> verdicts;
+  std::vector<std::unique_ptr<Implementation>> impls;
+  std::vector<oracle::BudgetOptions> budgets;
+  std::vector<std::string> notes;
+  for (const oracle::RegistryEntry* e : entries) {
+    impls.push_back(e->make());
+    std::string note;
+    budgets.push_back(budget ? oracle::gradient_budget(*budget, &note) : oracle::backward_budget_of(*e));
+    notes.push_back(note);
+  }
+  for (const BackwardCase& b : backward_conformance_cases()) {
+    const GeneratedCase& c = b.generated;
+    // The long double adjoint is the oracle, as the long double recurrence is the forward's.
+    oracle::BackwardContext context(c.name + "/backward", c.problem, c.inputs, b.cotangents,
+                                    oracle::BackwardContext::Oracle::f80);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      Gradients<double> actual;
+      oracle::Verdict v = oracle::evaluate_backward(*impls[i], context, budgets[i], &actual);
+      // Kernels: the backward once more and on the reversed pack, bit for bit.
+      if (entries[i]->check_reproducibility)
+        oracle::add_backward_reproducibility_checks(v, *impls[i], c.problem, c.inputs, b.cotangents, actual);
+      if (!notes[i].empty() && v.status != oracle::Status::skipped)
+        v.message = notes[i] + (v.message.empty() ? "" : "; " + v.message);
       verdicts.push_back(std::move(v));
     }
   }

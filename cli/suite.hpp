@@ -7,6 +7,8 @@
 // C = 64 and 37), and the golden vectors of public implementations, built into the binary.
 // Each feature a registered implementation supports is in at least two cases of different
 // shapes (cli/suite_test.cpp checks it against the registry).
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -23,6 +25,27 @@ std::vector<GeneratedCase> conformance_cases();
 // repeat the bits.
 std::vector<oracle::Verdict> conformance_verdicts(const std::vector<const oracle::RegistryEntry*>& entries,
                                                   const std::optional<oracle::BudgetOptions>& budget);
+
+// The built-in cases the backward covers (oracle::backward_in_scope: the cases with a state
+// cache or per-token states are left out; *out_of_scope counts them), each with its cotangents
+// drawn by fuzz::make_backward_inputs from the case's own seed (its generator's "seed"): what
+// `conformance --backward` judges and `generate --suite conformance --backward` writes.
+struct BackwardCase {
+  GeneratedCase generated;
+  BackwardInputs cotangents;
+  std::uint64_t seed = 0;
+};
+std::vector<BackwardCase> backward_conformance_cases(std::size_t* out_of_scope = nullptr);
+
+// What `gdn-testbed conformance --backward` adds: every implementation of `entries` on every
+// case of backward_conformance_cases (case-major), its backward judged against the long double
+// sequential adjoint (oracle::evaluate_backward), under `budget` (applied to gradients:
+// oracle::gradient_budget) or else the entry's backward budget (oracle::backward_budget_of).
+// Case names end in "/backward". SKIPPED with the reason for an implementation without a
+// backward or one that does not support the case. Kernels (check_reproducibility) run the
+// backward once more and on the reversed pack, bit for bit (add_backward_reproducibility_checks).
+std::vector<oracle::Verdict> backward_conformance_verdicts(const std::vector<const oracle::RegistryEntry*>& entries,
+                                                           const std::optional<oracle::BudgetOptions>& budget);
 
 // The golden-vector verdicts of the double references (empty when the golden loader is not
 // built in). Each golden case gives one verdict per reference, with the golden tolerance as

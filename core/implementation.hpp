@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <stdexcept>
+
+#include "core/gradients.hpp"
 #include "core/problem.hpp"
 
 namespace gdn {
@@ -36,6 +39,24 @@ class Implementation {
   virtual Outputs<double> run(const Problem& problem, const Inputs& inputs) = 0;
   // Bitwise-reproducible for the same inputs (kernels must be, §Standards).
   virtual bool deterministic() const { return true; }
+
+  // The backward (docs/backward.md), for implementations that have one: the gradients of
+  // L = <dO, o> + <dhT, hT> for the forward this implementation computes, widened to double.
+  // Its formulation decides its calibrated baseline (oracle::emulate_backward); it need not be
+  // the forward's (a kernel may recompute the forward sequentially inside its backward).
+  virtual bool has_backward() const { return false; }
+  virtual Formulation backward_formulation() const { return formulation(); }
+  // Whether the backward supports this (valid) problem; fills *why when not. Called only when
+  // has_backward().
+  virtual bool supports_backward(const Problem& problem, std::string* why) const { return supports(problem, why); }
+  // Runs on validated inputs and cotangents (oracle::validate_backward_inputs). Throws
+  // ProblemError for bad input, std::logic_error when the implementation has no backward.
+  virtual Gradients<double> backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& cotangents) {
+    (void)problem;
+    (void)inputs;
+    (void)cotangents;
+    throw std::logic_error(name() + " has no backward");
+  }
 };
 
 }  // namespace gdn

@@ -64,6 +64,8 @@ std::string Problem::describe() const {
     << (gate_mode == GateMode::fused ? " fused" : "") << (allow_negative_eigenvalues ? " negeig" : "")
     << (use_qk_l2norm ? " l2norm" : "") << (has_h0 ? " h0" : "") << (has_hT ? " hT" : "")
     << (state_layout == StateLayout::v_major ? " v_major" : "");
+  if (state_dtype != DType::f32) s << " state=" << dtype_name(state_dtype);
+  if (gate_space == GateSpace::linear) s << " alpha";
   if (uses_state_cache()) s << " slots=" << state_slots;
   if (store_intermediate_states) s << " intermediate";
   if (scale) s << " scale=" << *scale;
@@ -96,6 +98,11 @@ void Problem::validate() const {
   if (gate_dtype != DType::f32 && gate_dtype != input_dtype)
     fail("gate_dtype", std::string("must be f32 or the input dtype (") + dtype_name(input_dtype) +
                            "), got " + dtype_name(gate_dtype));
+  if (state_dtype != DType::f32 && state_dtype != DType::bf16 && state_dtype != DType::f16)
+    fail("state_dtype", std::string("must be f32, bf16 or f16 (kernels compute in fp32 and store states in it), got ") +
+                            dtype_name(state_dtype));
+  if (gate_space == GateSpace::linear && gate_mode != GateMode::direct)
+    fail("gate_space", "linear (alpha = exp(g) given) applies to direct gates only; fused gates compute g themselves");
   if (allow_negative_eigenvalues && gate_mode != GateMode::fused)
     fail("allow_negative_eigenvalues",
          "applies to fused gates only (with direct gates, pass beta in [0, 2) yourself)");
@@ -130,13 +137,23 @@ void validate(const Problem& problem, const Inputs& inputs) {
   check_shape("k", inputs.k, problem.q_shape());
   check_shape("v", inputs.v, problem.v_shape());
   if (problem.gate_mode == GateMode::direct) {
-    check_shape("g", inputs.g, problem.gate_shape());
+    check_shape(problem.decay_name(), inputs.g, problem.gate_shape());
     check_shape("beta", inputs.beta, problem.gate_shape());
-    // g = +inf or NaN has no meaning; g = -inf is a legal hard reset only in the limit, and
-    // exp(-inf) = 0 is what every implementation computes, so allow it.
-    for (std::int64_t i = 0; i < inputs.g.numel(); ++i)
-      if (std::isnan(inputs.g[i]) || inputs.g[i] == INFINITY)
-        fail("g", "must not be NaN or +inf; element " + str(i) + " is " + std::to_string(inputs.g[i]));
+    if (problem.linear_gates()) {
+      // alpha = exp(g): alpha = 0 is the hard reset (g = -inf), alpha > 1 growth (a positive
+      // finite g, accepted as g is); a negative, NaN or infinite alpha is no exp(g) of any
+      // g the operator accepts.
+      for (std::int64_t i = 0; i < inputs.g.numel(); ++i)
+        if (!(inputs.g[i] >= 0) || inputs.g[i] == INFINITY)
+          fail("alpha", "must be finite and >= 0 (alpha = exp(g); 0 is a hard reset); element " + str(i) + " is " +
+                            std::to_string(inputs.g[i]));
+    } else {
+      // g = +inf or NaN has no meaning; g = -inf is a legal hard reset only in the limit, and
+      // exp(-inf) = 0 is what every implementation computes, so allow it.
+      for (std::int64_t i = 0; i < inputs.g.numel(); ++i)
+        if (std::isnan(inputs.g[i]) || inputs.g[i] == INFINITY)
+          fail("g", "must not be NaN or +inf; element " + str(i) + " is " + std::to_string(inputs.g[i]));
+    }
   } else {
     check_shape("a", inputs.a, problem.gate_shape());
     check_shape("b", inputs.b, problem.gate_shape());

@@ -40,6 +40,20 @@ inline const char* state_layout_name(StateLayout layout) {
 // How g and beta reach the kernel: given directly, or computed from the raw projections of §3.
 enum class GateMode { direct, fused };
 
+// What the direct gate tensor holds (§3): the log decay g (log space, the default), or the decay
+// factor alpha = exp(g) itself (linear space, FlashInfer's convention). With linear gates the
+// tensor Inputs::g holds alpha, named "alpha" wherever a user sees it (errors, case files,
+// Python); references take g = log(alpha) in their own scalar.
+enum class GateSpace { log, linear };
+
+inline const char* gate_space_name(GateSpace space) { return space == GateSpace::log ? "log" : "linear"; }
+inline bool parse_gate_space(const std::string& text, GateSpace* out) {
+  if (text == "log") *out = GateSpace::log;
+  else if (text == "linear") *out = GateSpace::linear;
+  else return false;
+  return true;
+}
+
 struct Problem {
   // Packed boundaries [N+1]: cu[0] = 0, non-decreasing, cu[N] = T. Held on the host: kernels
   // receive a device copy, but shapes are validated here once.
@@ -67,8 +81,13 @@ struct Problem {
 
   DType input_dtype = DType::f32;  // q, k, v and o
   DType gate_dtype = DType::f32;   // g, beta (direct) or a, b (fused); f32 or input_dtype
+  // Storage dtype of every state (§7): h0 / the state cache, hT and the per-token states; f32,
+  // bf16 or f16. Kernels compute in fp32 and round each state they store to this dtype once;
+  // h0 holds values exactly representable in it.
+  DType state_dtype = DType::f32;
 
   GateMode gate_mode = GateMode::direct;
+  GateSpace gate_space = GateSpace::log;   // direct gates only: g, or alpha = exp(g)
   bool allow_negative_eigenvalues = false;  // fused gates: beta = 2 * sigmoid(b)
 
   // --- derived -------------------------------------------------------------------------
@@ -80,6 +99,9 @@ struct Problem {
     return cu_seqlens[static_cast<std::size_t>(n) + 1] - cu_seqlens[static_cast<std::size_t>(n)];
   }
   bool uses_state_cache() const { return state_slots > 0; }
+  bool linear_gates() const { return gate_mode == GateMode::direct && gate_space == GateSpace::linear; }
+  // The user-facing name of the direct decay tensor: "g", or "alpha" with linear gates.
+  const char* decay_name() const { return linear_gates() ? "alpha" : "g"; }
 
   // Shapes of every tensor, in the layout the problem says.
   Shape q_shape() const { return {T, H, K}; }
@@ -105,10 +127,12 @@ struct Problem {
 // see the same numbers; tensors that the problem does not use stay undefined.
 struct Inputs {
   HostTensor<double> q, k, v;        // [T,H,K], [T,H,K], [T,HV,V]
-  HostTensor<double> g, beta;        // [T,HV]  (GateMode::direct)
+  // [T,HV] (GateMode::direct). g holds alpha = exp(g) when gate_space is linear: one tensor, so
+  // that everything that slices, packs or copies inputs serves both spaces unchanged.
+  HostTensor<double> g, beta;
   HostTensor<double> a, b;           // [T,HV]  (GateMode::fused)
   HostTensor<double> A_log, dt_bias; // [HV]    (GateMode::fused)
-  HostTensor<double> h0;             // state_shape(), when has_h0 or a state cache is used
+  HostTensor<double> h0;             // state_shape(), when has_h0 or a state cache is used; values in state_dtype
   std::vector<std::int32_t> state_indices;  // [N], when state_slots > 0
 };
 

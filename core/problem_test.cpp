@@ -570,3 +570,52 @@ TEST_CASE("dtype names round-trip", "[dtype]") {
   DType out;
   REQUIRE_FALSE(gdn::parse_dtype("int8", &out));
 }
+
+TEST_CASE("state_dtype: f32, bf16 or f16", "[problem][state_dtype]") {
+  Problem p = base_problem();
+  for (DType ok : {DType::f32, DType::bf16, DType::f16}) {
+    p.state_dtype = ok;
+    CHECK_NOTHROW(p.validate());
+  }
+  p.state_dtype = DType::f64;
+  require_problem_error(p, "state_dtype", "must be f32, bf16 or f16");
+  p.state_dtype = DType::bf16;
+  CHECK_THAT(p.describe(), Catch::Matchers::Contains("state=bf16"));
+}
+
+TEST_CASE("gate_space linear: direct gates only, alpha in [0, inf)", "[problem][gate_space]") {
+  Problem p = base_problem();
+  p.gate_space = gdn::GateSpace::linear;
+  CHECK_NOTHROW(p.validate());
+  CHECK(p.linear_gates());
+  CHECK(std::string(p.decay_name()) == "alpha");
+  CHECK_THAT(p.describe(), Catch::Matchers::Contains("alpha"));
+  Inputs in = valid_inputs(p);
+  in.g = HostTensor<double>(p.gate_shape(), 1.0);  // alpha = 1: no decay
+  CHECK_NOTHROW(gdn::validate(p, in));
+  in.g[0] = 0.0;  // the hard reset
+  CHECK_NOTHROW(gdn::validate(p, in));
+  in.g[1] = 1.5;  // growth, as a positive finite g is accepted
+  CHECK_NOTHROW(gdn::validate(p, in));
+  for (double bad : {-0.25, kNaN, kInf, -kInf}) {
+    Inputs broken = in;
+    broken.g[2] = bad;
+    require_inputs_error(p, broken, "alpha", "must be finite and >= 0");
+  }
+  Inputs missing = in;
+  missing.g = HostTensor<double>();
+  require_inputs_error(p, missing, "alpha", "is required");
+
+  Problem fused = base_problem();
+  fused.gate_mode = GateMode::fused;
+  fused.gate_space = gdn::GateSpace::linear;
+  require_problem_error(fused, "gate_space", "direct gates only");
+  // Log space is the default and keeps g's rules: -inf legal, +inf not.
+  Problem log = base_problem();
+  CHECK(std::string(log.decay_name()) == "g");
+  Inputs g = valid_inputs(log);
+  g.g[0] = -kInf;
+  CHECK_NOTHROW(gdn::validate(log, g));
+  g.g[0] = kInf;
+  require_inputs_error(log, g, "g", "must not be NaN or +inf");
+}

@@ -36,6 +36,8 @@ BackwardImplementation chunked_backward_reference(int chunk_size) {
 CaseSpace backward_space(CaseSpace space) {
   space.state_cache = false;
   space.intermediate_states = false;
+  space.state_dtypes = {DType::f32};
+  space.gate_spaces = {GateSpace::log};
   return space;
 }
 

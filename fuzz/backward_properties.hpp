@@ -2,8 +2,8 @@
 // The backward's property suite (docs/backward.md, "Properties"): relations every correct
 // backward satisfies, written once against a backward function so that the two references
 // (and later kernels) are held to the same statements. Cases come from the one generator
-// (gen_case) restricted to what the backward covers (backward_space: dense states, no
-// per-token states); the cotangents dO, dhT from make_backward_inputs.
+// (gen_case) restricted to what the backward covers (backward_space: dense fp32 states, no
+// per-token states, log-space gates); the cotangents dO, dhT from make_backward_inputs.
 //
 // Budgets: a run's gradients may differ from the exact ones by rel x M per tensor, M the
 // largest term magnitude of that tensor (reference::sequential_backward's term_magnitudes,
@@ -35,7 +35,8 @@ struct BackwardImplementation {
 BackwardImplementation sequential_backward_reference();
 BackwardImplementation chunked_backward_reference(int chunk_size);
 
-// The backward's share of a case space: everything but a state cache and per-token states.
+// The backward's share of a case space (oracle::backward_in_scope): everything but a state
+// cache, per-token states, reduced-precision states and linear-space gates.
 CaseSpace backward_space(CaseSpace space);
 
 // Seeded cotangents: dO ~ N(0, 1) rounded to the input dtype (it is the gradient of o), dhT

@@ -138,6 +138,15 @@ void check_space(const CaseSpace& space) {
     throw std::invalid_argument("CaseSpace: V_multiple must be in [1, max_V]");
   if (space.input_dtypes.empty()) throw std::invalid_argument("CaseSpace: input_dtypes is empty");
   if (space.regimes.empty()) throw std::invalid_argument("CaseSpace: regimes is empty");
+  if (space.state_dtypes.empty()) throw std::invalid_argument("CaseSpace: state_dtypes is empty");
+  for (DType d : space.state_dtypes)
+    if (d != DType::f32 && d != DType::bf16 && d != DType::f16)
+      throw std::invalid_argument(std::string("CaseSpace: every state_dtypes must be f32, bf16 or f16, got ") +
+                                  dtype_name(d));
+  if (space.gate_spaces.empty()) throw std::invalid_argument("CaseSpace: gate_spaces is empty");
+  if (space.fused_gates.mode == Feature::always &&
+      std::find(space.gate_spaces.begin(), space.gate_spaces.end(), GateSpace::log) == space.gate_spaces.end())
+    throw std::invalid_argument("CaseSpace: fused_gates always needs log in gate_spaces (fused gates compute g)");
   if (!(space.max_work >= space.min_work) || !(space.min_work >= 1))
     throw std::invalid_argument("CaseSpace: need 1 <= min_work <= max_work");
   if (space.min_length < 0 || space.max_length < 0 || (space.max_length > 0 && space.max_length < space.min_length))
@@ -336,6 +345,18 @@ rc::Gen<Case> gen_case(const CaseSpace& space) {
     c.options.state_scale = *gen::element(0.5, 0.5, 0.0, 2.0);
     c.options.small_norms = p.use_qk_l2norm && *maybe(space.small_norms, 1, 3);
     c.seed = *gen::arbitrary<std::uint64_t>();
+    // The storage conventions, drawn last and only from sets of more than one, so that a space
+    // that leaves them at their defaults draws exactly the cases it drew before they existed.
+    p.state_dtype = space.state_dtypes.size() == 1 ? space.state_dtypes.front() : *gen::elementOf(space.state_dtypes);
+    const bool log_allowed =
+        std::find(space.gate_spaces.begin(), space.gate_spaces.end(), GateSpace::log) != space.gate_spaces.end();
+    if (!log_allowed && p.gate_mode == GateMode::fused) {
+      p.gate_mode = GateMode::direct;  // linear gates only: direct gates with beta as drawn above
+      p.allow_negative_eigenvalues = false;
+      c.options.beta_max = negative ? 2.0 : 1.0;
+    }
+    if (p.gate_mode == GateMode::direct)
+      p.gate_space = space.gate_spaces.size() == 1 ? space.gate_spaces.front() : *gen::elementOf(space.gate_spaces);
     p.validate();
     return c;
   });

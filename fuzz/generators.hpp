@@ -112,6 +112,13 @@ struct CaseSpace {
   Feature gate_in_input_dtype = true;  // gate_dtype may be the input dtype (else always f32)
   std::vector<GateRegime> regimes{GateRegime::no_decay, GateRegime::mild, GateRegime::strong,
                                   GateRegime::underflow};
+  // Storage dtype of the states (Problem::state_dtype): f32, bf16, f16. A set of one (the
+  // default, f32) draws nothing, so the cases of every other space are unchanged bit for bit.
+  std::vector<DType> state_dtypes{DType::f32};
+  // What direct gates hold (Problem::gate_space): log (g) and/or linear (alpha = exp(g), drawn
+  // as round(exp(g)) from the same regimes). Fused gates are always log space; a set without
+  // log gives every case direct gates. A set of one draws nothing.
+  std::vector<GateSpace> gate_spaces{GateSpace::log};
 
   // Pinned axes: a kernel's support matrix stated as sets (K = V = 128 only, H in {2, 4}, ...).
   // Each set, when not empty, replaces the draw of its axis by a uniform choice from the set;

@@ -5,11 +5,13 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <random>
 #include <set>
 
 #include "fuzz/generators.hpp"
 #include "fuzz/sample.hpp"
+#include "reference/precision.hpp"
 
 namespace {
 
@@ -318,4 +320,84 @@ TEST_CASE("preset chunked_prefill: K, V multiples of 16, dense k_major states, t
   CHECK(has_all(s.N, {1, 2, 3, 4, 5}));
   CHECK((s.h0 && s.no_h0 && s.hT && s.no_hT));
   CHECK((s.dense && !s.cache && s.k_major && !s.v_major && !s.intermediate));
+}
+
+TEST_CASE("state dtypes and gate spaces: drawn only from sets of two or more", "[generators][storage]") {
+  const CaseSpace base = CaseSpace::everything();
+  CaseSpace bf16 = base;
+  bf16.state_dtypes = {DType::bf16};
+  CaseSpace linear = base;
+  linear.gate_spaces = {GateSpace::linear};
+  linear.fused_gates = false;
+  CaseSpace direct = base;
+  direct.fused_gates = false;
+  // A set of one draws nothing: the same cases as without the axis, but for the pinned field.
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    const Case a = fuzz::draw_case(seed, base), b = fuzz::draw_case(seed, bf16);
+    CHECK(b.problem.state_dtype == DType::bf16);
+    Problem expected = a.problem;
+    expected.state_dtype = DType::bf16;
+    CHECK(b.describe() == Case{expected, a.options, a.seed}.describe());
+    const Case c = fuzz::draw_case(seed, direct), d = fuzz::draw_case(seed, linear);
+    CHECK(d.problem.gate_space == GateSpace::linear);
+    CHECK(d.seed == c.seed);
+    // The inputs: h0 representable in the state dtype; alpha = round(exp(g)) of the same draw.
+    const Inputs in_b = b.inputs();
+    if (in_b.h0.defined()) CHECK(reference::representable(DType::bf16, in_b.h0));
+    const Inputs in_c = c.inputs(), in_d = d.inputs();
+    for (std::int64_t i = 0; i < in_d.g.numel(); ++i) {
+      CHECK(in_d.g[i] >= 0.0);
+      CHECK(in_d.g[i] <= 1.0);
+      // Both rounded once from the same raw draw: alpha is exp(g) to one rounding of each
+      // (g = -1e4, the underflow regime's reset, gives alpha = 0).
+      const double g = in_c.g[i], u = unit_roundoff(d.problem.gate_dtype);
+      if (g <= -1e4) CHECK(in_d.g[i] == 0.0);
+      else CHECK(std::fabs(in_d.g[i] - std::exp(g)) <= (2 + std::fabs(g)) * u * std::exp(g));
+    }
+  }
+  // Sets of two give both values; linear gates only with direct gates.
+  CaseSpace both = base;
+  both.state_dtypes = {DType::f32, DType::bf16, DType::f16};
+  both.gate_spaces = {GateSpace::log, GateSpace::linear};
+  std::set<DType> states;
+  std::set<GateSpace> gates;
+  for (const Case& c : sample(both, 300, 5)) {
+    states.insert(c.problem.state_dtype);
+    if (c.problem.gate_mode == GateMode::direct) gates.insert(c.problem.gate_space);
+    CHECK((c.problem.gate_mode == GateMode::direct || c.problem.gate_space == GateSpace::log));
+  }
+  CHECK(states.size() == 3);
+  CHECK(gates.size() == 2);
+  // Without log in the set, every case has direct gates.
+  CaseSpace only_linear = base;
+  only_linear.gate_spaces = {GateSpace::linear};
+  for (const Case& c : sample(only_linear, 100, 6)) CHECK(c.problem.linear_gates());
+}
+
+TEST_CASE("state dtypes and gate spaces in the space's JSON and its checks", "[generators][storage]") {
+  CaseSpace s = CaseSpace::decode();
+  s.state_dtypes = {DType::f32, DType::bf16};
+  s.gate_spaces = {GateSpace::linear};
+  const nlohmann::json j = fuzz::to_json(s);
+  CHECK(j.at("state_dtypes") == nlohmann::json::array({"f32", "bf16"}));
+  CHECK(j.at("gate_spaces") == nlohmann::json::array({"linear"}));
+  const CaseSpace back = fuzz::case_space_from_json(j);
+  CHECK(back.state_dtypes == s.state_dtypes);
+  CHECK(back.gate_spaces == s.gate_spaces);
+  // The defaults: f32 states, log gates.
+  CHECK(fuzz::to_json(CaseSpace{}).at("state_dtypes") == nlohmann::json::array({"f32"}));
+  CHECK(fuzz::to_json(CaseSpace{}).at("gate_spaces") == nlohmann::json::array({"log"}));
+  auto error = [](nlohmann::json space) {
+    try {
+      fuzz::case_space_from_json(space);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  CHECK_THAT(error({{"state_dtypes", {"f64"}}}), Catch::Contains("state_dtypes must be f32, bf16 or f16"));
+  CHECK_THAT(error({{"state_dtypes", nlohmann::json::array()}}), Catch::Contains("state_dtypes is empty"));
+  CHECK_THAT(error({{"gate_spaces", {"exp"}}}), Catch::Contains("'gate_spaces' must hold gate spaces"));
+  CHECK_THAT(error({{"gate_spaces", {"linear"}}, {"fused_gates", "always"}}),
+             Catch::Contains("fused_gates always needs log in gate_spaces"));
 }

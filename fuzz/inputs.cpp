@@ -92,7 +92,9 @@ Inputs make_inputs(const Problem& problem, const InputOptions& options, std::uin
     in.g = HostTensor<double>(problem.gate_shape());
     in.beta = HostTensor<double>(problem.gate_shape());
     for (std::int64_t i = 0; i < in.g.numel(); ++i) {
-      in.g[i] = std::min(0.0, round_to(gdt, draw_g()));
+      // Linear gates: alpha = exp(g) of the same draw, rounded once (g = -1e4 gives alpha = 0).
+      in.g[i] = problem.linear_gates() ? std::min(1.0, round_to(gdt, std::exp(draw_g())))
+                                       : std::min(0.0, round_to(gdt, draw_g()));
       in.beta[i] = round_to(gdt, options.beta_max * unit(rng));
     }
   } else {
@@ -120,7 +122,7 @@ Inputs make_inputs(const Problem& problem, const InputOptions& options, std::uin
   }
 
   if (problem.has_h0 || problem.uses_state_cache())
-    in.h0 = normal_tensor(problem.state_shape(), options.state_scale, DType::f32, rng);
+    in.h0 = normal_tensor(problem.state_shape(), options.state_scale, problem.state_dtype, rng);
   if (problem.uses_state_cache()) {
     // Distinct slots (one writer per slot), some sequences turned into padding rows.
     std::vector<std::int32_t> slots(static_cast<std::size_t>(problem.state_slots));

@@ -65,6 +65,8 @@ void visit_space(CaseSpace& s, Visit&& visit) {
   visit("input_dtypes", s.input_dtypes);
   visit("gate_in_input_dtype", s.gate_in_input_dtype);
   visit("regimes", s.regimes);
+  visit("state_dtypes", s.state_dtypes);
+  visit("gate_spaces", s.gate_spaces);
   visit("fused_gates", s.fused_gates);
   visit("negative_eigenvalues", s.negative_eigenvalues);
   visit("l2norm", s.l2norm);
@@ -86,6 +88,11 @@ nlohmann::json field_to_json(const Feature& f) { return feature_mode_name(f); }
 nlohmann::json field_to_json(const std::vector<DType>& v) {
   nlohmann::json j = nlohmann::json::array();
   for (DType d : v) j.push_back(dtype_name(d));
+  return j;
+}
+nlohmann::json field_to_json(const std::vector<GateSpace>& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (GateSpace g : v) j.push_back(gate_space_name(g));
   return j;
 }
 nlohmann::json field_to_json(const std::vector<GateRegime>& v) {
@@ -140,6 +147,9 @@ void field_from_json(const std::string& key, const nlohmann::json& j, DType* out
 void field_from_json(const std::string& key, const nlohmann::json& j, GateRegime* out) {
   if (!j.is_string() || !parse_gate_regime(j.get<std::string>(), out))
     bad(key, "must hold gate regimes (no_decay, mild, strong, underflow)", j);
+}
+void field_from_json(const std::string& key, const nlohmann::json& j, GateSpace* out) {
+  if (!j.is_string() || !parse_gate_space(j.get<std::string>(), out)) bad(key, "must hold gate spaces (log, linear)", j);
 }
 template <class T>
 void field_from_json(const std::string& key, const nlohmann::json& j, std::vector<T>* out) {

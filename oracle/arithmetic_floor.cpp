@@ -12,7 +12,8 @@ namespace gdn::oracle {
 
 bool ArithmeticFloor::applies() const { return largest <= std::numeric_limits<float>::max(); }
 
-ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit) {
+ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit, Formulation formulation,
+                                 int chunk_size) {
   validate(problem, inputs);
   using reference::Matrix;
   const int HV = problem.HV, K = problem.K, V = problem.V;
@@ -29,6 +30,12 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
   std::vector<double> q(K), k(K);
   const double root_k = std::sqrt(double(K));
   const double u2 = unit * unit;
+  // The chunked form's intra-chunk dot products (arithmetic_floor.hpp): per chunk, each token's
+  // k^, Vnew = beta delta, the energy a[v] of its Vnew error from A's draws, and the decay
+  // e^(gamma_i - gamma_l) from each earlier token l to the current one.
+  const int C = formulation == Formulation::chunked && chunk_size >= 1 ? chunk_size : 0;
+  Matrix<double> chunk_keys(std::max(C, 1), K), chunk_vnew(std::max(C, 1), V), chunk_a(std::max(C, 1), V);
+  std::vector<double> chunk_decay(std::size_t(std::max(C, 1))), dP2, P2, dA2, chunk_energy(V);
   // NaN compares false with everything: record it as +inf so that applies() is false.
   auto track = [&result](double x) {
     const double magnitude = std::isnan(x) ? std::numeric_limits<double>::infinity() : std::fabs(x);
@@ -41,7 +48,7 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
       const int h = j / problem.group_size();
       reference::initial_state(problem, inputs, row, j, S);
       energy.setZero();  // h0 is given exactly (fp32 values): it carries no error yet
-      double gate_relative = 0;  // energy of the decays' shared relative error in S
+      double gate_relative = 0;  // energy of the shared relative error in S (decays, writes)
       if (problem.seq_len(n) > 0) ++result.shared_groups;
       result.shared_tokens += problem.seq_len(n);
       for (std::int64_t t = problem.seq_begin(n); t < problem.seq_begin(n) + problem.seq_len(n); ++t) {
@@ -63,7 +70,49 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
         const double gate_error = 0.5 + (problem.gate_mode == GateMode::fused ? 2 * std::fabs(g) : 0.0);
         const double gate_step = gate_error * gate_error * u2;
         const double* v = inputs.v.data() + (t * HV + j) * V;
-        double decayed_norm2 = 0, updated_norm2 = 0;
+        // The chunked form: this token's place in its chunk, and the squared errors of its
+        // P_il (l <= pos) and A_il (l < pos) with the squared P_il themselves.
+        const int pos = C > 0 ? static_cast<int>((t - problem.seq_begin(n)) % C) : 0;
+        if (C > 0) {
+          for (int l = 0; l < pos; ++l) chunk_decay[l] *= alpha;
+          chunk_decay[pos] = 1;
+          for (int kk = 0; kk < K; ++kk) chunk_keys(pos, kk) = k[kk];
+          dP2.assign(pos + 1, 0.0);
+          P2.assign(pos + 1, 0.0);
+          dA2.assign(pos + 1, 0.0);
+          for (int l = 0; l <= pos; ++l) {
+            double qk = 0, qk_terms2 = 0, kk_terms2 = 0;
+            for (int kk = 0; kk < K; ++kk) {
+              const double term = q[kk] * chunk_keys(l, kk), key_term = k[kk] * chunk_keys(l, kk);
+              qk += term;
+              qk_terms2 += term * term;
+              kk_terms2 += key_term * key_term;
+            }
+            const double d2 = chunk_decay[l] * chunk_decay[l];
+            dP2[l] = u2 * K * qk_terms2 * d2;
+            P2[l] = qk * qk * d2;
+            if (l < pos) dA2[l] = beta * beta * u2 * K * kk_terms2 * d2;
+          }
+        }
+        double decayed_norm2 = 0, updated_norm2 = 0, write_norm2 = 0;
+        // The token's other scalars, each one draw shared by the head: the l2norm factors
+        // 1 / sqrt(sum x^2 + 1e-6) (the K-term sum errs by u sqrt(K) |x*x|_2, halved by the sqrt,
+        // then the sqrt's and the reciprocal's roundings, u / 2 each) and a fused beta (about
+        // 2u, as for fused g). rq scales o_t; rk and beta scale the write k^ beta delta.
+        auto norm_error = [&](const HostTensor<double>& x) {
+          if (!problem.use_qk_l2norm) return 0.0;
+          const double* row = x.data() + (t * problem.H + h) * K;
+          double sum2 = 0, sum4 = 0;
+          for (int kk = 0; kk < K; ++kk) {
+            sum2 += row[kk] * row[kk];
+            sum4 += row[kk] * row[kk] * row[kk] * row[kk];
+          }
+          const double sum_error = 0.5 * root_k * std::sqrt(sum4) / (sum2 + 1e-6);
+          return std::sqrt(sum_error * sum_error + 0.5);
+        };
+        const double q_error = norm_error(inputs.q), k_error = norm_error(inputs.k);
+        const double beta_error = problem.gate_mode == GateMode::fused ? 2.0 : 0.0;
+        const double write_step = (k_error * k_error + beta_error * beta_error) * u2;
         for (int vv = 0; vv < V; ++vv) {
           double dot = 0, dot_terms2 = 0;
           for (int kk = 0; kk < K; ++kk) {
@@ -75,6 +124,17 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
           const double delta = v[vv] - dot;
           track(dot);
           track(delta);
+          if (C > 0) {
+            // Vnew = beta delta; the errors of the row's shared P and A draws, in energy.
+            chunk_vnew(pos, vv) = beta * delta;
+            double a = 0;
+            for (int l = 0; l < pos; ++l) a += dA2[l] * chunk_vnew(l, vv) * chunk_vnew(l, vv);
+            chunk_a(pos, vv) = a;
+            double energy_v = 0;
+            for (int l = 0; l <= pos; ++l)
+              energy_v += dP2[l] * chunk_vnew(l, vv) * chunk_vnew(l, vv) + P2[l] * chunk_a(l, vv);
+            chunk_energy[vv] = energy_v;
+          }
           // Per element, this step's roundings: the decay; the K-term dot product S^T k (a
           // K-term sum errs by about u sqrt(K) |terms|_2: relative to its terms, not to its
           // result, which may cancel), written back along k; the sum S + k beta delta; the
@@ -84,6 +144,7 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
           for (int kk = 0; kk < K; ++kk) {
             const double decayed = S(kk, vv);
             track(k[kk] * beta * delta);
+            write_norm2 += k[kk] * beta * delta * k[kk] * beta * delta;
             S(kk, vv) += k[kk] * beta * delta;
             track(S(kk, vv));
             decayed_norm2 += decayed * decayed;
@@ -104,8 +165,13 @@ ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, d
         // The decays' shared error is a relative perturbation of the decayed part of S: of the
         // new S it is that part's share (at most all of it; none after an underflowing gate).
         const double share = updated_norm2 > 0 ? std::min(1.0, decayed_norm2 / updated_norm2) : 0.0;
-        gate_relative = share * (gate_relative + gate_step);
-        for (int vv = 0; vv < V; ++vv) shared.o.data()[(t * HV + j) * V + vv] *= std::sqrt(gate_relative);
+        const double write_share = updated_norm2 > 0 ? std::min(1.0, write_norm2 / updated_norm2) : 0.0;
+        gate_relative = share * (gate_relative + gate_step) + write_share * write_step;
+        for (int vv = 0; vv < V; ++vv) {
+          double& shared_o = shared.o.data()[(t * HV + j) * V + vv];
+          shared_o *= std::sqrt(gate_relative + q_error * q_error * u2);
+          if (C > 0) shared_o = std::sqrt(shared_o * shared_o + chunk_energy[vv]);
+        }
         if (problem.store_intermediate_states) {
           reference::store_state(problem, energy.cwiseSqrt().eval(), t, j, floor.intermediate.data());
           reference::store_state(problem, (std::sqrt(gate_relative) * S.cwiseAbs()).eval(), t, j,

@@ -30,11 +30,27 @@
 // R <- share (R + (that error)^2), share = |alpha S_prev|^2 / |S_new|^2 capped at 1 (the decayed
 // part's share of the new state), since it does not average out over elements; it gives
 // sqrt(R) |S_kv| and sqrt(R) |o|.
+// The token's other per-head scalars are shared draws too: the l2norm factors (rq scales o_t;
+// rk scales the write) and a fused beta (scales the write): R also takes the write's share of
+// the new state times their energy, and o's shared part adds rq's (docs/budgets.md).
 //   * states (hT, intermediate): sqrt(E_kv), shared sqrt(R) |S_kv|;
 //   * o_t[v] = q^_t . S_t[:, v]: u sqrt(K) |(q^_k S_kv)_k|_2 (its own dot product)
 //     + sqrt(sum_k q^_k^2 E_kv) (the state's errors read through q^); shared sqrt(R) |o|.
-// These are one-standard-deviation estimates; oracle/budget.cpp scales them by `arith`
-// (default 4) and by the statistics of the check (docs/budgets.md).
+//
+// The chunked form (formulation chunked, chunk size C) forms some of these sums differently: in
+// a chunk starting at token s, o_i = e^(gamma_i) q^_i S0 + sum_{j=s..i} P_ij Vnew_j with
+// P_ij = e^(gamma_i - gamma_j) q^_i . k^_j, and Vnew_j (= beta_j delta_j) comes from the
+// triangular system (I + A) Vnew = X with A_ij = beta_i e^(gamma_i - gamma_j) k^_i . k^_j. P_ij
+// and A_ij are K-term dot products computed ONCE per (token pair, head) and applied to every
+// column v: their rounding errors (u sqrt(K) |q^_i * k^_j|_2 e^(gamma_i - gamma_j), and
+// beta_i u sqrt(K) |k^_i * k^_j|_2 e^(gamma_i - gamma_j)) are draws shared by the whole row
+// o_i[:], not independent per element as the same terms are in the recurrence. They go to the
+// shared part of o, in energy:
+//   o_i[v]:    sum_{j=s..i} dP_ij^2 Vnew_j[v]^2 + sum_{l=s..i} P_il^2 a_l[v],
+//   a_l[v] = sum_{j=s..l-1} dA_lj^2 Vnew_j[v]^2   (the error of Vnew_l the A_lj draws make).
+// A one-token chunk has A = 0 and P = q^ . k^: one dot product whose error scales all of o_t
+// (docs/budgets.md, "The chunked form's shared dot products").
+#include "core/implementation.hpp"
 #include "core/problem.hpp"
 
 namespace gdn::oracle {
@@ -43,7 +59,8 @@ namespace gdn::oracle {
 // intermediate when the problem has them; for a state cache, slots no sequence names get 0).
 // `independent`: errors of separate roundings per element, which average out over elements;
 // `shared`: the decays' own error, one draw per (token, head) common to the whole state of
-// the head, which does not. Independent draws of the shared part: one per (token, head) for o
+// the head, and (chunked form) the intra-chunk dot products' errors common to a row of o,
+// which do not. Independent draws of the shared part: one per (token, head) for o
 // and intermediate states (shared_tokens x HV), one per (sequence, head) for hT (shared_groups).
 struct ArithmeticFloor {
   Outputs<double> independent, shared;
@@ -58,7 +75,10 @@ struct ArithmeticFloor {
   bool applies() const;
 };
 // `unit` is the working precision's unit roundoff (2^-24 for fp32 state and accumulation).
-// Validates the problem and inputs first (ProblemError).
-ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit);
+// formulation chunked with chunk_size >= 1 adds the chunked form's shared dot products (above);
+// sequential, or a chunk size < 1, models the recurrence alone. Validates the problem and
+// inputs first (ProblemError).
+ArithmeticFloor arithmetic_floor(const Problem& problem, const Inputs& inputs, double unit,
+                                 Formulation formulation = Formulation::sequential, int chunk_size = 0);
 
 }  // namespace gdn::oracle

@@ -164,6 +164,20 @@ double fixed_gradient_threshold(const BudgetOptions& options, OutputTensor tenso
   return is_gate_gradient(tensor) ? 0.02 : 0.008;
 }
 
+bool backward_in_scope(const Problem& problem, std::string* why) {
+  const char* rule = nullptr;
+  if (problem.uses_state_cache())
+    rule = "state_slots: the backward covers dense states only (a state cache is an inference option)";
+  else if (problem.store_intermediate_states)
+    rule = "store_intermediate_states: the backward does not differentiate per-token states";
+  else if (problem.state_dtype != DType::f32)
+    rule = "state_dtype: the backward covers fp32 states only";
+  else if (problem.linear_gates())
+    rule = "gate_space: the backward differentiates log-space gates only";
+  if (rule && why) *why = rule;
+  return rule == nullptr;
+}
+
 void validate_backward_inputs(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward) {
   reference::validate_backward(problem, inputs, backward);
   auto exact_in = [](const char* name, const HostTensor<double>& t, DType dtype) {
@@ -405,6 +419,40 @@ Verdict evaluate_backward(const std::string& implementation, Formulation formula
   v.case_name = context.name();
   v.implementation = implementation;
   return v;
+}
+
+Verdict evaluate_backward(Implementation& implementation, BackwardContext& context, const BudgetOptions& options,
+                          Gradients<double>* actual_out) {
+  const std::string name = implementation.name();
+  auto skipped = [&](const std::string& why) {
+    Verdict v;
+    v.case_name = context.name();
+    v.implementation = name;
+    v.problem = context.problem().describe();
+    v.budget = options.describe();
+    v.status = Status::skipped;
+    v.message = why;
+    return v;
+  };
+  std::string why;
+  if (!implementation.available(&why)) return skipped("not available: " + why);
+  if (!implementation.has_backward()) return skipped("no backward: " + name + " implements the forward only");
+  if (!backward_in_scope(context.problem(), &why)) return skipped("outside the backward's scope: " + why);
+  if (!implementation.supports_backward(context.problem(), &why)) return skipped("backward unsupported: " + why);
+  const BackwardRun run = [&implementation](const Problem& p, const Inputs& in, const BackwardInputs& b) {
+    return implementation.backward(p, in, b);
+  };
+  return evaluate_backward(name, implementation.backward_formulation(), implementation.chunk_size(), run, context,
+                           options, actual_out);
+}
+
+BudgetOptions gradient_budget(const BudgetOptions& options, std::string* note) {
+  BudgetOptions b = options;
+  if (b.model == BudgetModel::calibrated && b.baseline != BudgetBaseline::emulation) {
+    b.baseline = BudgetBaseline::emulation;
+    if (note) *note = "gradients: the backward has no operand model, judged with " + b.describe();
+  }
+  return b;
 }
 
 Verdict judge_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,

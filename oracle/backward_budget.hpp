@@ -77,6 +77,11 @@ Verdict judge_gradients(const Problem& problem, const Inputs& inputs, const Exac
                         const Gradients<double>& actual, const Gradients<double>* baseline, Formulation formulation,
                         int chunk_size, const BudgetOptions& options);
 
+// Whether the problem lies in the backward's scope (docs/backward.md, "Scope"; the rules of
+// reference::validate_backward that concern the problem alone): dense states (no state cache),
+// no per-token states, fp32 states, log-space gates. Fills *why with the rule when not.
+bool backward_in_scope(const Problem& problem, std::string* why = nullptr);
+
 // Checks the backward's inputs (reference::validate_backward) and the Inputs contract for the
 // cotangents: dO exactly representable in the input dtype (it is the gradient of o), dhT in
 // fp32. ProblemError naming the tensor and the element otherwise.
@@ -124,6 +129,19 @@ using BackwardRun = std::function<Gradients<double>(const Problem&, const Inputs
 Verdict evaluate_backward(const std::string& implementation, Formulation formulation, int chunk_size,
                           const BackwardRun& run, BackwardContext& context, const BudgetOptions& options,
                           Gradients<double>* actual_out = nullptr);
+
+// An implementation's backward (Implementation::has_backward) run on the context and judged,
+// as the forward's oracle::evaluate does outputs: SKIPPED (with the reason) when it is not
+// available here, has no backward, the problem is outside the backward's scope
+// (backward_in_scope) or its backward does not support the problem (supports_backward); else evaluate_backward above with its backward_formulation() and
+// chunk_size().
+Verdict evaluate_backward(Implementation& implementation, BackwardContext& context, const BudgetOptions& options,
+                          Gradients<double>* actual_out = nullptr);
+
+// A budget applied to gradients: the backward has no operand model, so a calibrated budget with
+// another baseline is judged on the emulation instead (what judge_gradients requires); *note
+// (when non-null) says so when the budget changed, and is left alone otherwise.
+BudgetOptions gradient_budget(const BudgetOptions& options, std::string* note = nullptr);
 
 // The convenience form: exact gradients and emulation computed here (oracle in double).
 Verdict judge_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,

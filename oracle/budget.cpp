@@ -65,6 +65,7 @@ std::string BudgetOptions::describe() const {
       if (arithmetic_units != 4.0) params += ",arith=" + compact(arithmetic_units);
       if (state_unit_input) params += ",state_unit=input";
       if (baseline == BudgetBaseline::operands_single) params += ",baseline=operands_single";
+      if (baseline == BudgetBaseline::operands_single_qk) params += ",baseline=operands_single_qk";
       return params.empty() ? "calibrated" : "calibrated(" + params.substr(1) + ")";
     }
     case BudgetModel::fixed: {
@@ -122,11 +123,13 @@ bool parse_budget(const std::string& text, BudgetOptions* out, std::string* erro
     }
     if (options.model == BudgetModel::calibrated && key == "baseline") {
       const std::string name = item.substr(eq + 1);
-      if (name != "emulation" && name != "operands_single") {
-        *error = "budget parameter 'baseline' must be emulation or operands_single, got '" + name + "'";
+      if (name != "emulation" && name != "operands_single" && name != "operands_single_qk") {
+        *error = "budget parameter 'baseline' must be emulation, operands_single or operands_single_qk, got '" + name + "'";
         return false;
       }
-      options.baseline = name == "emulation" ? BudgetBaseline::emulation : BudgetBaseline::operands_single;
+      options.baseline = name == "emulation"         ? BudgetBaseline::emulation
+                         : name == "operands_single" ? BudgetBaseline::operands_single
+                                                     : BudgetBaseline::operands_single_qk;
       continue;
     }
     double value = 0;
@@ -295,6 +298,20 @@ const HostTensor<double>& tensor_of(const Outputs<double>& outputs, OutputTensor
   throw std::logic_error(std::string("oracle::judge: ") + output_tensor_name(tensor) + " is not a forward output");
 }
 
+// The dtype of the calibrated budget's floor: one rounding of the dtype the output is stored in
+// (o: the input dtype; states: the state dtype, which covers the storage rounding of a bf16 or
+// fp16 state pool), or for states under state_unit=input the input dtype when that is coarser
+// (docs/budgets.md, "(a) calibrated").
+DType floor_dtype_of(const BudgetOptions& options, const Problem& problem, OutputTensor tensor) {
+  const DType stored = output_dtype(problem, tensor);
+  const bool state = tensor == OutputTensor::hT || tensor == OutputTensor::intermediate;
+  const bool narrow_input = problem.input_dtype == DType::bf16 || problem.input_dtype == DType::f16;
+  if (state && options.state_unit_input && narrow_input &&
+      unit_roundoff(problem.input_dtype) > unit_roundoff(stored))
+    return problem.input_dtype;
+  return stored;
+}
+
 std::vector<OutputTensor> judged_tensors(const Problem& problem) {
   std::vector<OutputTensor> tensors{OutputTensor::o};
   if (problem.has_hT) tensors.push_back(OutputTensor::hT);
@@ -351,7 +368,7 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
   std::optional<ArithmeticFloor> arithmetic;
   auto arithmetic_floor_of = [&]() -> const ArithmeticFloor* {
     if (!inputs || !(options.arithmetic_units > 0)) return nullptr;
-    if (!arithmetic) arithmetic = arithmetic_floor(problem, *inputs, unit_roundoff(DType::f32));
+    if (!arithmetic) arithmetic = arithmetic_floor(problem, *inputs, unit_roundoff(DType::f32), formulation, chunk_size);
     return &*arithmetic;
   };
   for (OutputTensor tensor : judged_tensors(problem)) {
@@ -367,21 +384,18 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
     }
     const TensorMetrics m = compare(problem, inputs, tensor, tensor_of(reference, tensor), x);
     v.metrics.push_back(m);
-    const DType dtype = output_dtype(problem, tensor);
     switch (options.model) {
       case BudgetModel::calibrated: {
         const TensorMetrics b = compare(problem, inputs, tensor, tensor_of(reference, tensor), tensor_of(*baseline, tensor));
         v.baseline_metrics.push_back(b);
-        const bool state = tensor != OutputTensor::o;
-        const DType floor_dtype = state && options.state_unit_input &&
-                                          (problem.input_dtype == DType::bf16 || problem.input_dtype == DType::f16)
-                                      ? problem.input_dtype
-                                      : dtype;
+        const DType floor_dtype = floor_dtype_of(options, problem, tensor);
         const double rms_floor = options.floor_units * unit_roundoff(floor_dtype);
         const double abs_floor = options.floor_units * ulp_of(floor_dtype, m.max_abs_ref);
         const std::string units = compact(options.floor_units) + " u " + dtype_name(floor_dtype);
         const char* const baseline_name =
-            options.baseline == BudgetBaseline::operands_single ? " (emulation, operands single) + " : " (emulation) + ";
+            options.baseline == BudgetBaseline::operands_single      ? " (emulation, operands single) + "
+            : options.baseline == BudgetBaseline::operands_single_qk ? " (emulation, operands single, q k stored) + "
+                                                                     : " (emulation) + ";
         // The emulation's term, factor x its error. Where that error is not finite (the
         // emulation overflowed or met a NaN; for rel_rms also a reference that is all zero) it
         // says nothing about what the precision achieves, and factor x inf would pass any
@@ -433,8 +447,9 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
             // modelled error enters the rms check with weight 1 / sqrt(n), the max check with
             // 1 / sqrt(1 + 2 ln n): in full for a one-element state, little where the
             // emulation's error is a good estimate. Independent roundings count the tensor's
-            // elements; the decays' shared error counts (token, head) pairs for o, (sequence,
-            // head) pairs for hT (docs/budgets.md).
+            // elements; the shared errors (the decays', and the chunked form's intra-chunk dot
+            // products') count (token, head) pairs for o, (sequence, head) pairs for hT
+            // (docs/budgets.md).
             struct Part {
               double rms = 0, largest = 0;  // over all elements
               std::int64_t nonzero = 0;
@@ -461,7 +476,7 @@ Verdict judge(const Problem& problem, const Inputs* inputs, const Outputs<double
                                                                gates.largest / std::sqrt(1 + 2 * std::log(n_gates)));
             const std::string why = " (arithmetic floor: " + compact(options.arithmetic_units) +
                                     " x modelled fp32 rounding error over " + std::to_string(own.nonzero) +
-                                    " elements and " + std::to_string(decay_draws) + " decay draws";
+                                    " elements and " + std::to_string(decay_draws) + " shared draws";
             // rel_rms is relative to rms(ref): the floor's rms over it. When ref is all 0 (and
             // the floor is not) that quotient is inf and would pass anything: it is not added,
             // and only the absolute check can say anything (rel_rms is then 0 or inf itself).
@@ -571,9 +586,12 @@ const Outputs<double>& CaseContext::baseline(const BudgetOptions& options, Formu
   if (formulation != Formulation::chunked || chunk_size != 64 || problem_.store_intermediate_states)
     throw std::invalid_argument("budget baseline operands_single needs a chunked formulation at C = 64 without "
                                 "intermediate states");
-  if (!operands_single_)
-    operands_single_ = reference::emulate_operands(problem_, inputs_, reference::OperandRounding::single);
-  return *operands_single_;
+  const bool qk = options.baseline == BudgetBaseline::operands_single_qk;
+  std::optional<Outputs<double>>& cached = qk ? operands_single_qk_ : operands_single_;
+  if (!cached)
+    cached = reference::emulate_operands(
+        problem_, inputs_, qk ? reference::OperandRounding::single_qk : reference::OperandRounding::single);
+  return *cached;
 }
 
 const Outputs<double>& CaseContext::emulation(Formulation formulation, int chunk_size) {
@@ -785,19 +803,20 @@ Allowance allowance_of(const BudgetOptions& options, const Problem& problem, con
     return a;
   }
   // calibrated: the floor in the dtype judge() takes, plus factor x the baseline's error.
-  const bool narrow_input = problem.input_dtype == DType::bf16 || problem.input_dtype == DType::f16;
-  const double state_unit =
-      unit_roundoff(options.state_unit_input && narrow_input ? problem.input_dtype : DType::f32);
-  a.o = scale.o * (options.floor_units * unit_roundoff(output_dtype(problem, OutputTensor::o)));
-  a.hT = scale.hT * (options.floor_units * state_unit);
-  a.intermediate = scale.intermediate * (options.floor_units * state_unit);
+  a.o = scale.o * (options.floor_units * unit_roundoff(floor_dtype_of(options, problem, OutputTensor::o)));
+  a.hT = scale.hT * (options.floor_units * unit_roundoff(floor_dtype_of(options, problem, OutputTensor::hT)));
+  a.intermediate =
+      scale.intermediate * (options.floor_units * unit_roundoff(floor_dtype_of(options, problem, OutputTensor::intermediate)));
   if (options.factor > 0) {
     Outputs<double> baseline;
-    if (options.baseline == BudgetBaseline::operands_single) {
+    if (options.baseline != BudgetBaseline::emulation) {
       if (formulation != Formulation::chunked || chunk_size != 64 || problem.store_intermediate_states)
         throw std::invalid_argument("budget baseline operands_single needs a chunked formulation at C = 64 without "
                                     "intermediate states");
-      baseline = reference::emulate_operands(problem, inputs, reference::OperandRounding::single);
+      baseline = reference::emulate_operands(problem, inputs,
+                                             options.baseline == BudgetBaseline::operands_single_qk
+                                                 ? reference::OperandRounding::single_qk
+                                                 : reference::OperandRounding::single);
     } else {
       // A chunked formulation has no per-token states: the sequential emulation stands in.
       baseline = reference::emulate(problem, inputs,

@@ -27,7 +27,10 @@ enum class BudgetModel { calibrated, fixed, bitwise, analytic };
 //     computed tensor-core operand rounded once to the input dtype: the design of kernels that
 //     single-round their operands (the chunked prefill's ChunkedRounding::single, fla's).
 //     Chunked formulations only.
-enum class BudgetBaseline { emulation, operands_single };
+//   operands_single_qk: emulate_operands(single_qk), operands_single with the l2-normalised q
+//     and k stored in the input dtype and used as the operands (fla's chunk kernels on both
+//     backends, FlashQLA: reference/operand_model.hpp). Chunked formulations only.
+enum class BudgetBaseline { emulation, operands_single, operands_single_qk };
 const char* budget_model_name(BudgetModel model);
 bool parse_budget_model(const std::string& text, BudgetModel* out);
 
@@ -42,9 +45,10 @@ struct BudgetOptions {
   // costs one more pass of the recurrence), and only where its model applies (the fp32
   // computation it models stays finite: ArithmeticFloor::applies). 0 turns it off.
   double arithmetic_units = 4.0;
-  // calibrated: the unit of the floor for states (hT, intermediate): false, fp32's (the states'
-  // dtype); true, the input dtype's when that is bf16 or fp16: for kernels that feed their state
-  // products with tensor-core operands in the input dtype by design (docs/budgets.md).
+  // calibrated: the unit of the floor for states (hT, intermediate): false, the state dtype's
+  // (Problem::state_dtype: one rounding of each stored state); true, the input dtype's when that
+  // is bf16 or fp16 and coarser than the state dtype: for kernels that feed their state products
+  // with tensor-core operands in the input dtype by design (docs/budgets.md).
   bool state_unit_input = false;
   BudgetBaseline baseline = BudgetBaseline::emulation;
   // fixed: relative RMS thresholds as other projects use them (docs/budgets.md).
@@ -163,7 +167,7 @@ class CaseContext {
   Oracle oracle_;
   std::optional<Outputs<double>> exact_;
   std::map<int, Outputs<double>> emulations_;  // key: 0 sequential, C chunked
-  std::optional<Outputs<double>> operands_single_;
+  std::optional<Outputs<double>> operands_single_, operands_single_qk_;
 };
 
 // Runs the implementation on the case and judges it: SKIPPED when it is not available here or
@@ -228,8 +232,9 @@ double analytic_relative_bound(const Problem& problem, const Inputs& inputs, For
 // The max-abs budget of one run per output tensor, with scale = max(max|exact|, magnitudes()):
 //   analytic:   scale * analytic_relative_bound();
 //   calibrated: scale * floor_units * u(floor dtype) + factor * max|baseline - exact|, the floor
-//               dtype and the baseline as judge() takes them (o: the input dtype; states: fp32,
-//               or the input dtype under state_unit=input; baseline: the emulation of the
+//               dtype and the baseline as judge() takes them (o: the input dtype; states: the
+//               state dtype, or the input dtype under state_unit=input where that is coarser;
+//               baseline: the emulation of the
 //               formulation, sequential for per-token states, or operands_single). The
 //               arithmetic floor is not added: it rescues one verdict whose emulation happened
 //               to be lucky, and a sum over runs has no such single draw;

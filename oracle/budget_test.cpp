@@ -18,6 +18,7 @@
 #include "reference/chunked.hpp"
 #include "reference/emulate.hpp"
 #include "reference/operand_model.hpp"
+#include "reference/precision.hpp"
 #include "reference/sequential.hpp"
 
 using namespace gdn;
@@ -230,7 +231,7 @@ TEST_CASE("missing output tensor is an ERROR verdict naming it", "[oracle][budge
 TEST_CASE("budget descriptions parse back", "[oracle][budget]") {
   for (const char* text : {"calibrated", "calibrated(factor=3,floor=0.5)", "calibrated(arith=0,state_unit=input)",
                            "calibrated(state_unit=output)", "calibrated(state_unit=input,baseline=operands_single)",
-                           "calibrated(baseline=emulation)", "fixed", "fixed(rel_rms=1e-12)",
+                           "calibrated(state_unit=input,baseline=operands_single_qk)", "calibrated(baseline=emulation)", "fixed", "fixed(rel_rms=1e-12)",
                            "fixed(rel_rms=1e-12,abs=1e-14)", "fixed(abs=1e-9)", "bitwise"}) {
     BudgetOptions b;
     std::string error;
@@ -274,8 +275,9 @@ TEST_CASE("evaluate: references pass their budgets, planted faults fail theirs",
   CaseContext featured("l2norm of small-norm rows, per-token states", features, fuzz::make_inputs(features, small, 22));
   for (const RegistryEntry* e : registry.select("fault.*")) {
     // Faults that no budget can see, only a rerun (run_to_run_bits; cli/suite_test.cpp tests
-    // them through conformance's reproducibility checks).
-    if (e->check_reproducibility) continue;
+    // them through conformance's reproducibility checks), and the backward's faults, whose
+    // forward is correct (cli/backward_cli_test.cpp judges their backward).
+    if (e->check_reproducibility || e->name.rfind("fault.backward_", 0) == 0) continue;
     auto impl = e->make();
     double worst = 0;
     for (CaseContext* c : {&context, &featured}) {
@@ -736,4 +738,63 @@ TEST_CASE("property: no PASS with a non-finite error, budget or reference", "[or
         if (std::isfinite((*r)[i])) RC_ASSERT(std::isfinite((*x)[i]));
       }
   });
+}
+
+TEST_CASE("state_dtype bf16: a kernel that stores its states in bf16 passes, one rounding more fails",
+          "[oracle][budget][state_dtype]") {
+  for (DType state : {DType::bf16, DType::f16}) {
+    Problem p = Problem::packed({40, 0, 17}, 1, 2, 16, 16);
+    p.has_h0 = true;
+    p.has_hT = true;
+    p.store_intermediate_states = true;
+    p.state_dtype = state;
+    const Inputs in = fuzz::make_inputs(p, {}, 9);
+    const Outputs<double> exact = reference::sequential<double>(p, in);
+    const Outputs<double> emulated = reference::emulate(p, in, Formulation::sequential);
+    // A correct kernel with such a pool: fp32 arithmetic, each stored state rounded once.
+    Outputs<double> kernel = reference::sequential<float>(p, in).cast<double>();
+    reference::round_in_place(p.input_dtype, kernel.o);
+    reference::round_stored_states(p, kernel);
+    BudgetOptions options;
+    options.arithmetic_units = 0;
+    const Verdict v = judge(p, &in, exact, kernel, &emulated, Formulation::sequential, options);
+    INFO(v.details());
+    CHECK(v.status == Status::pass);
+    for (const Check& c : v.checks)
+      if (c.tensor != OutputTensor::o) CHECK_THAT(c.basis, Catch::Contains(std::string(" ") + dtype_name(state)));
+    // The same states with fp32 storage declared: the rounding is an error there.
+    Problem f32_state = p;
+    f32_state.state_dtype = DType::f32;
+    const Outputs<double> emulated32 = reference::emulate(f32_state, in, Formulation::sequential);
+    CHECK(judge(f32_state, &in, exact, kernel, &emulated32, Formulation::sequential, options).status == Status::fail);
+    // Three units of the state dtype off (relative) on every state: beyond one storage rounding.
+    Outputs<double> wrong = kernel;
+    for (std::int64_t i = 0; i < wrong.hT.numel(); ++i) wrong.hT[i] = exact.hT[i] * (1 + 3 * unit_roundoff(state));
+    CHECK(judge(p, &in, exact, wrong, &emulated, Formulation::sequential, options).status == Status::fail);
+    // The max-abs form uses the same unit.
+    const Allowance m = magnitudes(p, in);
+    const Allowance a = max_abs_allowance(BudgetOptions{}, p, in, exact, Formulation::sequential, 0);
+    CHECK(a.hT == std::max(max_abs(exact.hT), m.hT) * unit_roundoff(state) +
+                      2 * difference(exact.hT, emulated.hT).max_abs);
+  }
+}
+
+TEST_CASE("linear gates: the same oracle and budget as their log-space twin", "[oracle][budget][gate_space]") {
+  Problem p = Problem::packed({70, 5}, 1, 2, 16, 8);
+  p.input_dtype = DType::bf16;
+  p.has_h0 = p.has_hT = true;
+  Problem linear = p;
+  linear.gate_space = GateSpace::linear;
+  const Inputs in = fuzz::make_inputs(linear, {}, 4);
+  CaseContext context("linear", linear, in);
+  // The emulation and the planted faults go through log(alpha): the references pass, a dropped
+  // decay fails (docs/semantics.md §3).
+  Outputs<double> exact = context.exact();
+  const Verdict pass = evaluate_outputs("exact", Formulation::sequential, 0, context, exact, BudgetOptions{});
+  CHECK(pass.status == Status::pass);
+  Inputs no_decay = in;
+  for (std::int64_t i = 0; i < no_decay.g.numel(); ++i) no_decay.g[i] = 1.0;
+  const Outputs<double> dropped = reference::sequential<double>(linear, no_decay);
+  CHECK(evaluate_outputs("dropped", Formulation::sequential, 0, context, dropped, BudgetOptions{}).status ==
+        Status::fail);
 }

@@ -340,8 +340,14 @@ nlohmann::json problem_to_json(const Problem& p) {
   j["gate_dtype"] = dtype_name(p.gate_dtype);
   j["gate_mode"] = p.gate_mode == GateMode::direct ? "direct" : "fused";
   j["allow_negative_eigenvalues"] = p.allow_negative_eigenvalues;
+  if (needs_format_3(p)) {
+    j["state_dtype"] = dtype_name(p.state_dtype);
+    j["gate_space"] = gate_space_name(p.gate_space);
+  }
   return j;
 }
+
+bool needs_format_3(const Problem& p) { return p.state_dtype != DType::f32 || p.gate_space != GateSpace::log; }
 
 Problem problem_from_json(const nlohmann::json& j) {
   const std::string what = "gdn.problem";
@@ -350,10 +356,11 @@ Problem problem_from_json(const nlohmann::json& j) {
                                              "has_h0", "has_hT", "state_layout", "state_slots",
                                              "store_intermediate_states", "input_dtype", "gate_dtype", "gate_mode",
                                              "allow_negative_eigenvalues"};
+  static const std::set<std::string> optional_keys = {"state_dtype", "gate_space"};  // gdn-case/3
   for (const std::string& k : keys)
     if (!j.contains(k)) fail(what, "missing key '" + k + "'");
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (!keys.count(it.key())) fail(what, "unknown key '" + it.key() + "'");
+    if (!keys.count(it.key()) && !optional_keys.count(it.key())) fail(what, "unknown key '" + it.key() + "'");
   auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi) -> std::int64_t {
     const nlohmann::json& v = j[key];
     if (!v.is_number_integer()) fail(what, std::string("'") + key + "' must be an integer");
@@ -406,6 +413,10 @@ Problem problem_from_json(const nlohmann::json& j) {
   else if (mode == "fused") p.gate_mode = GateMode::fused;
   else fail(what, "'gate_mode' must be direct or fused, got '" + mode + "'");
   p.allow_negative_eigenvalues = boolean("allow_negative_eigenvalues");
+  if (j.contains("state_dtype") && !parse_dtype(text("state_dtype"), &p.state_dtype))
+    fail(what, "'state_dtype' must be f32, bf16 or f16, got '" + text("state_dtype") + "'");
+  if (j.contains("gate_space") && !parse_gate_space(text("gate_space"), &p.gate_space))
+    fail(what, "'gate_space' must be log or linear, got '" + text("gate_space") + "'");
   try {
     p.validate();
   } catch (const ProblemError& e) {
@@ -469,7 +480,7 @@ JudgeSettings judge_settings(const std::map<std::string, std::string>& metadata,
     // The operand model exists for the chunked form at C = 64 with o and hT only
     // (CaseContext::baseline): a file asking for it elsewhere asks for a budget that does not
     // exist, which is the file's error, found before any work.
-    if (budget.model == BudgetModel::calibrated && budget.baseline == BudgetBaseline::operands_single &&
+    if (budget.model == BudgetModel::calibrated && budget.baseline != BudgetBaseline::emulation &&
         (settings.formulation != Formulation::chunked || settings.chunk_size != 64 ||
          problem.store_intermediate_states))
       fail(what, "__metadata__ 'gdn.budget' = " + quoted(it->second) +
@@ -632,6 +643,10 @@ std::string backward_out_of_scope(const Problem& p) {
            "; docs/backward.md, Scope)";
   if (p.store_intermediate_states)
     return "the backward does not cover per-token states (store_intermediate_states; docs/backward.md, Scope)";
+  if (p.state_dtype != DType::f32)
+    return std::string("the backward covers fp32 states only (state_dtype = ") + dtype_name(p.state_dtype) +
+           "; docs/backward.md, Scope)";
+  if (p.linear_gates()) return "the backward covers log-space gates only (gate_space = linear; docs/backward.md, Scope)";
   return "";
 }
 
@@ -653,7 +668,7 @@ std::vector<std::uint8_t> encode_case(const CaseFile& c) {
   file.tensors.push_back(encode_floats("k", p.input_dtype, c.inputs.k, true));
   file.tensors.push_back(encode_floats("v", p.input_dtype, c.inputs.v, true));
   if (p.gate_mode == GateMode::direct) {
-    file.tensors.push_back(encode_floats("g", p.gate_dtype, c.inputs.g, true));
+    file.tensors.push_back(encode_floats(p.decay_name(), p.gate_dtype, c.inputs.g, true));
     file.tensors.push_back(encode_floats("beta", p.gate_dtype, c.inputs.beta, true));
   } else {
     file.tensors.push_back(encode_floats("a", p.gate_dtype, c.inputs.a, true));
@@ -661,7 +676,7 @@ std::vector<std::uint8_t> encode_case(const CaseFile& c) {
     file.tensors.push_back(encode_floats("A_log", DType::f32, c.inputs.A_log, true));
     file.tensors.push_back(encode_floats("dt_bias", DType::f32, c.inputs.dt_bias, true));
   }
-  if (p.has_h0 || p.uses_state_cache()) file.tensors.push_back(encode_floats("h0", DType::f32, c.inputs.h0, true));
+  if (p.has_h0 || p.uses_state_cache()) file.tensors.push_back(encode_floats("h0", p.state_dtype, c.inputs.h0, true));
   if (p.uses_state_cache()) file.tensors.push_back(encode_ints32("state_indices", c.inputs.state_indices));
   if (c.outputs) {
     const Outputs<double>& o = *c.outputs;
@@ -672,8 +687,8 @@ std::vector<std::uint8_t> encode_case(const CaseFile& c) {
       file.tensors.push_back(encode_floats(name, lossless_dtype(preferred, t), t));
     };
     add("out.o", o.o, p.v_shape(), p.input_dtype);
-    if (p.has_hT) add("out.hT", o.hT, p.state_shape(), DType::f32);
-    if (p.store_intermediate_states) add("out.intermediate", o.intermediate, p.intermediate_shape(), DType::f32);
+    if (p.has_hT) add("out.hT", o.hT, p.state_shape(), p.state_dtype);
+    if (p.store_intermediate_states) add("out.intermediate", o.intermediate, p.intermediate_shape(), p.state_dtype);
   }
   // The backward's tensors, under the rules the reader enforces (it never reads back a file
   // this refuses, and this never writes one it refuses).
@@ -713,6 +728,7 @@ std::vector<std::uint8_t> encode_case(const CaseFile& c) {
       file.tensors.push_back(encode_floats(std::string("out.") + name, lossless_dtype(output_dtype(p, tensor), t), t));
     });
   }
+  if (needs_format_3(p)) file.metadata["gdn.format"] = kCaseFormatStates;
   return serialize_safetensors(file);
 }
 
@@ -721,11 +737,22 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
   CaseFile c;
   c.metadata = file.metadata;
   const std::string format = c.meta("gdn.format");
-  if (format != kCaseFormat && format != kCaseFormatBackward)
-    fail(what, "__metadata__ 'gdn.format' must be '" + std::string(kCaseFormat) + "' or '" + kCaseFormatBackward +
-                   "', got " + quoted(format));
+  if (format != kCaseFormat && format != kCaseFormatBackward && format != kCaseFormatStates)
+    fail(what, "__metadata__ 'gdn.format' must be '" + std::string(kCaseFormat) + "', '" + kCaseFormatBackward +
+                   "' or '" + kCaseFormatStates + "', got " + quoted(format));
   if (!file.metadata.count("gdn.problem")) fail(what, "__metadata__ has no 'gdn.problem'");
   const nlohmann::json problem_json = parse_json_strict(file.metadata.at("gdn.problem"), what, "'gdn.problem'");
+  // The keys of gdn-case/3 belong to it: a /1 or /2 file is read as fp32 states with log-space
+  // gates and may not say otherwise; a /3 file states both (one reading per file, whatever the
+  // reader's version).
+  for (const char* key : {"state_dtype", "gate_space"}) {
+    const bool given = problem_json.is_object() && problem_json.contains(key);
+    if (given && format != kCaseFormatStates)
+      fail(what, std::string("gdn.problem key '") + key + "' needs gdn.format '" + kCaseFormatStates + "', got " +
+                     quoted(format));
+    if (!given && format == kCaseFormatStates)
+      fail(what, std::string("gdn.problem of a '") + kCaseFormatStates + "' file must give '" + key + "'");
+  }
   try {
     c.problem = problem_from_json(problem_json);
   } catch (const CaseFileError& e) {
@@ -739,6 +766,9 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
   for (const std::string& name : gradient_names)
     if (first_gradient.empty() && file.find(name)) first_gradient = name;
   const bool has_dO = file.find(kDO) != nullptr, has_dhT = file.find(kDhT) != nullptr;
+  if (format == kCaseFormatStates && !needs_format_3(c.problem))
+    fail(what, std::string("gdn.format '") + kCaseFormatStates + "' is for problems with a state_dtype other than f32 "
+               "or linear gates; this one has neither (write it as '" + kCaseFormat + "' or '" + kCaseFormatBackward + "')");
   if (format == kCaseFormat) {
     const std::string backward_tensor = has_dO ? kDO : has_dhT ? kDhT : first_gradient;
     if (!backward_tensor.empty())
@@ -806,7 +836,7 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
   c.inputs.k = floats("k", p.q_shape(), input);
   c.inputs.v = floats("v", p.v_shape(), input);
   if (p.gate_mode == GateMode::direct) {
-    c.inputs.g = floats("g", p.gate_shape(), gate);
+    c.inputs.g = floats(p.decay_name(), p.gate_shape(), gate);
     c.inputs.beta = floats("beta", p.gate_shape(), gate);
   } else {
     c.inputs.a = floats("a", p.gate_shape(), gate);
@@ -814,7 +844,7 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
     c.inputs.A_log = floats("A_log", p.head_param_shape(), f32);
     c.inputs.dt_bias = floats("dt_bias", p.head_param_shape(), f32);
   }
-  if (p.has_h0 || p.uses_state_cache()) c.inputs.h0 = floats("h0", p.state_shape(), f32);
+  if (p.has_h0 || p.uses_state_cache()) c.inputs.h0 = floats("h0", p.state_shape(), {p.state_dtype});
   if (p.uses_state_cache()) {
     const RawTensor& idx = tensor("state_indices");
     if (idx.dtype != "I32") fail(what, "tensor 'state_indices' must have dtype I32, got " + idx.dtype);
@@ -834,7 +864,7 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
   static const HostTensor<double> absent;
   // Every input value must be finite: the first bad element is named.
   const std::pair<const char*, const HostTensor<double>*> inputs[] = {
-      {"q", &c.inputs.q},         {"k", &c.inputs.k},          {"v", &c.inputs.v},      {"g", &c.inputs.g},
+      {"q", &c.inputs.q},         {"k", &c.inputs.k},          {"v", &c.inputs.v},      {p.decay_name(), &c.inputs.g},
       {"beta", &c.inputs.beta},   {"a", &c.inputs.a},          {"b", &c.inputs.b},      {"A_log", &c.inputs.A_log},
       {"dt_bias", &c.inputs.dt_bias}, {"h0", &c.inputs.h0},
       {kDO, c.backward ? &c.backward->dO : &absent}, {kDhT, c.backward ? &c.backward->dhT : &absent}};
@@ -843,7 +873,8 @@ CaseFile decode_case(const std::uint8_t* data, std::size_t size, const std::stri
     if (bad >= 0)
       fail(what, std::string("tensor '") + name + "'" + index_string(tensor->shape(), bad) + " (element " +
                      std::to_string(bad) + ") is " + value_string((*tensor)[bad]) +
-                     ": inputs must be finite, but for g = -inf, the hard reset (outputs may hold NaN or Inf)");
+                     ": inputs must be finite, but for g = -inf, the hard reset (alpha = 0 with linear gates; "
+                     "outputs may hold NaN or Inf)");
   }
   if (file.find("out.o")) {
     Outputs<double> o;

@@ -2,8 +2,8 @@
 // Case files: one problem, its inputs, optionally an implementation's outputs, and metadata, in
 // a safetensors container. Schema and the rules the reader enforces: docs/case_files.md.
 // Two levels: the container (any safetensors file, parsed and checked byte for byte) and the
-// case (the gdn-case/1 schema, or gdn-case/2 with the backward's tensors, on top of it, checked
-// against the Problem).
+// case (the gdn-case/1 schema, gdn-case/2 with the backward's tensors, or gdn-case/3 with
+// reduced-precision states and linear gates, on top of it, checked against the Problem).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -72,11 +72,24 @@ std::vector<std::uint8_t> read_file_bytes(const std::string& path,
 // the file (gdn-case/1 unless it has backward tensors), so readers of gdn-case/1 keep reading
 // every forward-only file; the reader takes both, and refuses backward tensors in a gdn-case/1
 // file.
+// gdn-case/3 adds the storage conventions of serving kernels: the problem's state_dtype (h0 and
+// the stored states in bf16 or fp16) and gate_space (linear gates: the tensor 'alpha' instead of
+// 'g'); it holds everything /2 holds. The writer names /3 only for a problem that uses one of
+// them, so every other file stays readable by older readers, and a /1 or /2 file is read as
+// fp32 states with log-space gates.
 constexpr const char* kCaseFormat = "gdn-case/1";
 constexpr const char* kCaseFormatBackward = "gdn-case/2";
+constexpr const char* kCaseFormatStates = "gdn-case/3";
 
+// Whether the problem needs gdn-case/3 (state_dtype other than f32 or linear gates).
+bool needs_format_3(const Problem& problem);
+
+// The keys state_dtype and gate_space are written only when needs_format_3 (both then), so the
+// object of every other problem is the gdn-case/1 object.
 nlohmann::json problem_to_json(const Problem& problem);
-// Strict: every key required, types checked; then Problem::validate(). Throws CaseFileError.
+// Strict: every gdn-case/1 key required, types checked; state_dtype and gate_space optional
+// (absent: f32, log) and checked when given; then Problem::validate(). Throws CaseFileError.
+// Which keys a file of a given gdn.format may hold is decode_case's rule.
 Problem problem_from_json(const nlohmann::json& json);
 
 // How the file's metadata says its outputs are to be judged: gdn.formulation, gdn.chunk_size
@@ -116,10 +129,11 @@ struct CaseFile {
   std::string meta(const std::string& key, const std::string& fallback = "") const;
 };
 
-// Serialises the case: inputs in the dtypes the Problem names (dO in the input dtype, dhT in
-// F32), outputs and gradients in the narrowest of (their storage dtype, oracle::output_dtype;
-// F32; F64) that holds every value exactly, so nothing is lost. gdn.format is gdn-case/2 when
-// the case has backward tensors, else gdn-case/1. Throws CaseFileError when an input is not
+// Serialises the case: inputs in the dtypes the Problem names (h0 in the state dtype, dO in the
+// input dtype, dhT in F32), outputs and gradients in the narrowest of (their storage dtype,
+// oracle::output_dtype; F32; F64) that holds every value exactly, so nothing is lost. gdn.format
+// is gdn-case/3 when needs_format_3, else gdn-case/2 when the case has backward tensors, else
+// gdn-case/1. Throws CaseFileError when an input is not
 // representable in its dtype (the Inputs contract) or not finite, or when the backward's
 // tensors break a rule of the reader (what the reader refuses).
 std::vector<std::uint8_t> encode_case(const CaseFile& case_file);

@@ -761,6 +761,9 @@ TEST_CASE("old files read unchanged: the fuzz corpus and the repro samples", "[o
     }
     const CaseFile c = read_case_file(path);
     ++read;
+    // Older formats are read as fp32 states with log-space gates.
+    CHECK(c.problem.state_dtype == DType::f32);
+    CHECK(c.problem.gate_space == GateSpace::log);
     CHECK_FALSE(c.backward.has_value());
     CHECK_FALSE(c.gradients.has_value());
     CHECK(c.outputs.has_value() == (container.find("out.o") != nullptr));
@@ -790,8 +793,8 @@ TEST_CASE("the backward's reader rules: each broken by a file, each named", "[or
                f.tensors.push_back(f32_tensor("out.dq", p.q_shape()));
              }),
              Catch::Contains("tensor 'out.dq' is a backward tensor"));
-  CHECK_THAT(broken(c, [](SafetensorsFile& f) { f.metadata["gdn.format"] = "gdn-case/3"; }),
-             Catch::Contains("'gdn.format' must be 'gdn-case/1' or 'gdn-case/2', got 'gdn-case/3'"));
+  CHECK_THAT(broken(c, [](SafetensorsFile& f) { f.metadata["gdn.format"] = "gdn-case/4"; }),
+             Catch::Contains("'gdn.format' must be 'gdn-case/1', 'gdn-case/2' or 'gdn-case/3', got 'gdn-case/4'"));
   // Gradients only with dO; dhT only with dO.
   CHECK_THAT(broken(c, [](SafetensorsFile& f) { remove_tensor(f, "in.dO"); }),
              Catch::Contains("tensor 'out.dq' needs 'in.dO'"));
@@ -951,4 +954,124 @@ TEST_CASE("the cost estimate counts the backward of a file with dO", "[oracle][c
   CHECK_NOTHROW(decode_case(bytes.data(), bytes.size(), "<memory>", {b.bytes, b.work}));
   CHECK_THROWS_WITH(decode_case(bytes.data(), bytes.size(), "<memory>", {b.bytes, f.work}),
                     Catch::Contains("state-element updates (estimated from gdn.problem)"));
+}
+
+// ---- gdn-case/3: state dtypes and linear gates ---------------------------------------------
+
+namespace {
+const char* st_name(DType d) {
+  return d == DType::f32 ? "F32" : d == DType::bf16 ? "BF16" : d == DType::f16 ? "F16" : "F64";
+}
+
+Problem storage_problem(DType state, GateSpace gates, bool cache) {
+  Problem p = Problem::packed({4, 0, 3}, 1, 2, 5, 3);
+  p.input_dtype = DType::bf16;
+  p.has_h0 = p.has_hT = true;
+  p.store_intermediate_states = true;
+  p.state_dtype = state;
+  p.gate_space = gates;
+  if (cache) p.state_slots = 4;
+  p.validate();
+  return p;
+}
+}  // namespace
+
+TEST_CASE("gdn-case/3 round-trips state dtypes and linear gates bit for bit", "[oracle][case_file][format3]") {
+  for (DType state : {DType::f32, DType::bf16, DType::f16})
+    for (GateSpace gates : {GateSpace::log, GateSpace::linear})
+      for (bool cache : {false, true}) {
+        const Problem p = storage_problem(state, gates, cache);
+        INFO(p.describe());
+        CaseFile c = make_case(p, 11, true);
+        if (p.linear_gates()) REQUIRE(oracle::max_abs(c.inputs.g) <= 1.0);
+        if (state != DType::f32) REQUIRE(reference::representable(state, c.inputs.h0));
+        // A kernel's stored states, rounded to the state dtype (fp32 included).
+        reference::round_in_place(state, c.outputs->hT);
+        reference::round_in_place(state, c.outputs->intermediate);
+        const std::vector<std::uint8_t> bytes = encode_case(c);
+        const SafetensorsFile file = parse_safetensors(bytes.data(), bytes.size());
+        const bool v3 = state != DType::f32 || gates == GateSpace::linear;
+        CHECK(format_of(bytes) == (v3 ? "gdn-case/3" : "gdn-case/1"));
+        const nlohmann::json problem = nlohmann::json::parse(file.metadata.at("gdn.problem"));
+        CHECK(problem.contains("state_dtype") == v3);
+        CHECK(problem.contains("gate_space") == v3);
+        // The decay is 'alpha' with linear gates, 'g' otherwise; h0 and out.hT in the state dtype.
+        CHECK((file.find("alpha") != nullptr) == p.linear_gates());
+        CHECK((file.find("g") != nullptr) == !p.linear_gates());
+        CHECK(file.find("h0")->dtype == st_name(state));
+        CHECK(file.find("out.hT")->dtype == st_name(state));
+        CHECK(file.find("out.intermediate")->dtype == st_name(state));
+        const CaseFile back = decode_case(bytes.data(), bytes.size());
+        CHECK(back.problem.state_dtype == state);
+        CHECK(back.problem.gate_space == gates);
+        check_same(c, back);
+      }
+}
+
+TEST_CASE("gdn-case/3's reader rules: each broken by a file, each named", "[oracle][case_file][format3]") {
+  const CaseFile bf16 = make_case(storage_problem(DType::bf16, GateSpace::linear, false), 3, false);
+  const CaseFile plain = make_case(storage_problem(DType::f32, GateSpace::log, false), 3, false);
+  auto set_meta = [](const std::string& key, const std::string& value) {
+    return [key, value](SafetensorsFile& f) { f.metadata[key] = value; };
+  };
+  // The new keys in an older format: refused, never read as something else.
+  CHECK_THAT(decode_error(edited(bf16, set_meta("gdn.format", "gdn-case/1"))),
+             Catch::Contains("gdn.problem key 'state_dtype' needs gdn.format 'gdn-case/3'"));
+  CHECK_THAT(decode_error(edited(bf16, set_meta("gdn.format", "gdn-case/2"))),
+             Catch::Contains("needs gdn.format 'gdn-case/3'"));
+  // A /3 file states both keys.
+  CHECK_THAT(decode_error(edited(plain, set_meta("gdn.format", "gdn-case/3"))),
+             Catch::Contains("file must give 'state_dtype'"));
+  {
+    nlohmann::json j = problem_to_json(plain.problem);
+    j["state_dtype"] = "f32";
+    j["gate_space"] = "log";
+    auto edit = [&](SafetensorsFile& f) {
+      f.metadata["gdn.format"] = "gdn-case/3";
+      f.metadata["gdn.problem"] = j.dump();
+    };
+    CHECK_THAT(decode_error(edited(plain, edit)), Catch::Contains("this one has neither"));
+    j["state_dtype"] = "f64";
+    CHECK_THAT(decode_error(edited(plain, edit)), Catch::Contains("invalid argument 'state_dtype'"));
+    j["state_dtype"] = "bf8";
+    CHECK_THAT(decode_error(edited(plain, edit)), Catch::Contains("'state_dtype' must be f32, bf16 or f16"));
+    j["state_dtype"] = "bf16";
+    j["gate_space"] = "exp";
+    CHECK_THAT(decode_error(edited(plain, edit)), Catch::Contains("'gate_space' must be log or linear"));
+  }
+  // h0 in the state dtype only; the decay under its name.
+  CHECK_THAT(decode_error(edited(bf16, [](SafetensorsFile& f) {
+               RawTensor* h0 = find_mutable(f, "h0");
+               std::vector<std::uint8_t> wide;
+               for (std::size_t i = 0; i < h0->bytes.size(); i += 2) {
+                 const std::uint8_t zero[2] = {0, 0};
+                 wide.insert(wide.end(), zero, zero + 2);
+                 wide.insert(wide.end(), h0->bytes.begin() + i, h0->bytes.begin() + i + 2);
+               }
+               h0->dtype = "F32";
+               h0->bytes = wide;
+             })),
+             Catch::Contains("tensor 'h0' must have dtype BF16"));
+  CHECK_THAT(decode_error(edited(bf16, [](SafetensorsFile& f) { find_mutable(f, "alpha")->name = "g"; })),
+             Catch::Contains("tensor 'alpha' is missing"));
+  // alpha < 0 and alpha = inf are no exp(g): refused by name (alpha = 0 is the reset).
+  for (float bad : {-0.5f, std::numeric_limits<float>::infinity()}) {
+    CHECK_THAT(decode_error(edited(bf16, [bad](SafetensorsFile& f) {
+                 RawTensor* alpha = find_mutable(f, "alpha");
+                 const float value = bad;  // gate dtype f32 in storage_problem
+                 REQUIRE(alpha->dtype == "F32");
+                 std::memcpy(alpha->bytes.data(), &value, 4);
+               })),
+               Catch::Contains("alpha"));
+  }
+  CaseFile reset = bf16;
+  reset.inputs.g[0] = 0.0;
+  const std::vector<std::uint8_t> reset_bytes = encode_case(reset);
+  CHECK_NOTHROW(decode_case(reset_bytes.data(), reset_bytes.size()));
+  // The backward's scope: reduced-precision states and linear gates carry no dO.
+  CaseFile backward = bf16;
+  backward.problem.store_intermediate_states = false;
+  backward.backward = BackwardInputs{};
+  backward.backward->dO = HostTensor<double>(backward.problem.v_shape(), 0.5);
+  CHECK_THROWS_WITH(encode_case(backward), Catch::Contains("fp32 states only"));
 }

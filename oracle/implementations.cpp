@@ -1,10 +1,14 @@
 #include "oracle/implementations.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
+#include "oracle/backward_budget.hpp"
 #include "oracle/registry.hpp"
+#include "reference/backward.hpp"
+#include "reference/backward_chunked.hpp"
 #include "reference/chunked.hpp"
 #include "reference/emulate.hpp"
 #include "reference/operand_model.hpp"
@@ -57,10 +61,68 @@ class ReferenceImplementation final : public Implementation {
     return {};
   }
 
+  bool has_backward() const override { return true; }
+  bool supports_backward(const Problem& problem, std::string* why) const override {
+    return backward_in_scope(problem, why);
+  }
+  Gradients<double> backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& b) override {
+    const bool chunked = formulation_ == Formulation::chunked;
+    switch (precision_) {
+      case ReferencePrecision::f64:
+        return chunked ? reference::chunked_backward<double>(problem, inputs, b, chunk_size_)
+                       : reference::sequential_backward<double>(problem, inputs, b);
+      case ReferencePrecision::f80:
+        return (chunked ? reference::chunked_backward<long double>(problem, inputs, b, chunk_size_)
+                        : reference::sequential_backward<long double>(problem, inputs, b))
+            .cast<double>();
+      case ReferencePrecision::emulated:
+        return emulate_backward(problem, inputs, b, formulation_, chunk_size_);
+    }
+    return {};
+  }
+
  private:
   Formulation formulation_;
   ReferencePrecision precision_;
   int chunk_size_;
+};
+
+// The sequential double reference with one planted fault in its gradients.
+class FaultyBackward final : public Implementation {
+ public:
+  explicit FaultyBackward(BackwardFault fault) : fault_(fault) {}
+  std::string name() const override { return std::string("fault.backward_") + backward_fault_name(fault_); }
+  Formulation formulation() const override { return Formulation::sequential; }
+  Outputs<double> run(const Problem& problem, const Inputs& inputs) override {
+    return reference::sequential<double>(problem, inputs);
+  }
+  bool has_backward() const override { return true; }
+  bool supports_backward(const Problem& problem, std::string* why) const override {
+    return backward_in_scope(problem, why);
+  }
+  Gradients<double> backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& b) override {
+    Gradients<double> g = reference::sequential_backward<double>(problem, inputs, b);
+    switch (fault_) {
+      case BackwardFault::dg_sign: {
+        HostTensor<double>& decay = problem.gate_mode == GateMode::direct ? g.dg : g.da;
+        for (std::int64_t i = 0; i < decay.numel(); ++i) decay[i] = -decay[i];
+        break;
+      }
+      case BackwardFault::dk_last_token: {
+        const std::int64_t row = std::int64_t(problem.H) * problem.K;
+        for (int n = 0; n < problem.N(); ++n) {
+          if (problem.seq_len(n) == 0) continue;
+          const std::int64_t last = problem.seq_begin(n) + problem.seq_len(n) - 1;
+          std::fill(g.dk.data() + last * row, g.dk.data() + (last + 1) * row, 0.0);
+        }
+        break;
+      }
+    }
+    return g;
+  }
+
+ private:
+  BackwardFault fault_;
 };
 
 // reference::emulate_operands: the chunked kernel's operand roundings, split or single.
@@ -74,6 +136,7 @@ class OperandModel final : public Implementation {
       case reference::OperandRounding::split_state: return "model.chunked.split_state";
       case reference::OperandRounding::split_state_pv: return "model.chunked.split_state_pv";
       case reference::OperandRounding::s0_once: return "model.chunked.s0_once";
+      case reference::OperandRounding::single_qk: return "model.chunked.single_qk";
     }
     return "model.chunked";
   }
@@ -212,6 +275,22 @@ std::unique_ptr<Implementation> make_faulty_reference(Fault fault) {
   return std::make_unique<FaultyReference>(fault);
 }
 
+const char* backward_fault_name(BackwardFault fault) {
+  switch (fault) {
+    case BackwardFault::dg_sign: return "dg_sign";
+    case BackwardFault::dk_last_token: return "dk_last_token";
+  }
+  return "?";
+}
+
+std::unique_ptr<Implementation> make_faulty_backward(BackwardFault fault) {
+  return std::make_unique<FaultyBackward>(fault);
+}
+
+BudgetOptions backward_budget_of(const RegistryEntry& entry) {
+  return entry.backward_budget ? *entry.backward_budget : gradient_budget(entry.default_budget);
+}
+
 // --- registry ------------------------------------------------------------------------------
 
 void Registry::add(RegistryEntry entry) {
@@ -274,6 +353,14 @@ void register_references(Registry& registry) {
   double_budget.fixed_abs_rms = 1e-14;
   BudgetOptions emulation_budget;  // the fp32 emulations against other projects' thresholds
   emulation_budget.model = BudgetModel::fixed;
+  // Their backward (docs/budgets.md "Gradients"): the exact references under the analytic
+  // bound at double's unit roundoff (which the long double ones meet too, and which holds
+  // against the double oracle of fuzz as against the long double one of conformance); the fp32
+  // emulations calibrated, i.e. against their own emulation (margin 1 / factor: a check of
+  // the judge's wiring, not of the emulation).
+  BudgetOptions exact_backward_budget;
+  exact_backward_budget.model = BudgetModel::analytic;
+  const BudgetOptions emulation_backward_budget;
 
   auto add = [&](Formulation f, ReferencePrecision p, int c, const std::string& description, const BudgetOptions& b) {
     RegistryEntry e;
@@ -281,6 +368,7 @@ void register_references(Registry& registry) {
     e.description = description;
     e.make = [f, p, c] { return make_reference(f, p, c); };
     e.default_budget = b;
+    e.backward_budget = p == ReferencePrecision::emulated ? emulation_backward_budget : exact_backward_budget;
     registry.add(std::move(e));
   };
   add(Formulation::sequential, ReferencePrecision::f64, 64, "the recurrence (§2) in double: the oracle", double_budget);
@@ -333,6 +421,14 @@ void register_references(Registry& registry) {
     e.in_conformance = false;
     // Posing as kernels: conformance reruns them, as it reruns the GPU kernels.
     e.check_reproducibility = fault == Fault::run_to_run_bits || fault == Fault::intermittent;
+    registry.add(std::move(e));
+  }
+  for (BackwardFault fault : {BackwardFault::dg_sign, BackwardFault::dk_last_token}) {
+    RegistryEntry e;
+    e.name = make_faulty_backward(fault)->name();
+    e.description = "planted fault (fuzzer self-test): the sequential reference with a bug in its backward";
+    e.make = [fault] { return make_faulty_backward(fault); };
+    e.in_conformance = false;  // posing as a kernel: calibrated, forward and backward
     registry.add(std::move(e));
   }
 }

@@ -13,6 +13,10 @@ enum class ReferencePrecision { f64, f80, emulated };
 // reference::sequential / reference::chunked in double or long double, or reference::emulate
 // (fp32 compute, o rounded to the input dtype). Name: reference.<sequential|chunked>.<f64|f80>
 // (".c<C>" appended for a chunk size other than 64), reference.emulate.<sequential|chunked>.
+// Each has the backward of its formulation in its precision (docs/backward.md):
+// reference::sequential_backward / chunked_backward (at its chunk size) in double or long
+// double, or oracle::emulate_backward (fp32, every gradient rounded to its storage dtype);
+// problems outside the backward's scope (oracle::backward_in_scope) are unsupported.
 std::unique_ptr<Implementation> make_reference(Formulation formulation, ReferencePrecision precision,
                                                int chunk_size = 64);
 
@@ -46,5 +50,17 @@ enum class Fault {
 };
 const char* fault_name(Fault fault);
 std::unique_ptr<Implementation> make_faulty_reference(Fault fault);
+
+// Planted faults in the backward: the sequential double reference (forward and backward) with
+// one change to its gradients, each a bug gradient kernels have had. The forward is correct, so
+// only a backward verdict sees them (conformance --backward, fuzz --backward):
+//   dg_sign         the decay's gradient has the wrong sign: dg (direct gates) or da (fused
+//                   gates) negated
+//   dk_last_token   dk of the last token of every sequence is dropped (0): the reverse sweep
+//                   starts one token early
+// Name: fault.backward_<name>; formulation sequential for forward and backward.
+enum class BackwardFault { dg_sign, dk_last_token };
+const char* backward_fault_name(BackwardFault fault);
+std::unique_ptr<Implementation> make_faulty_backward(BackwardFault fault);
 
 }  // namespace gdn::oracle

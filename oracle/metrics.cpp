@@ -40,7 +40,7 @@ DType output_dtype(const Problem& problem, OutputTensor tensor) {
     case OutputTensor::da:
     case OutputTensor::db: return problem.gate_dtype;
     case OutputTensor::hT:
-    case OutputTensor::intermediate:
+    case OutputTensor::intermediate: return problem.state_dtype;
     case OutputTensor::dA_log:
     case OutputTensor::ddt_bias:
     case OutputTensor::dh0: return DType::f32;

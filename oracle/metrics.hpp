@@ -16,7 +16,7 @@ namespace gdn::oracle {
 enum class OutputTensor { o, hT, intermediate, dq, dk, dv, dg, dbeta, da, db, dA_log, ddt_bias, dh0 };
 const char* output_tensor_name(OutputTensor tensor);
 
-// The dtype an output is stored in (§7): o in the input dtype, states in fp32; a gradient in
+// The dtype an output is stored in (§7): o in the input dtype, states in the state dtype; a gradient in
 // the dtype of the input it differentiates (§6): dq, dk, dv the input dtype, dg, dbeta, da, db
 // the gate dtype, dA_log, ddt_bias, dh0 fp32.
 DType output_dtype(const Problem& problem, OutputTensor tensor);

@@ -30,7 +30,15 @@ struct RegistryEntry {
   // (oracle/reproducibility.hpp): for kernels, whose races and uninitialised reads often stay
   // within every budget. The references are deterministic by construction and are not rerun.
   bool check_reproducibility = false;
+  // The budget the entry's backward (Implementation::has_backward) is judged by unless the user
+  // names another (docs/budgets.md "Gradients"); absent, the default_budget applied to gradients
+  // (oracle::gradient_budget): calibrated for kernels. The exact references set analytic here,
+  // since their forward's tight fixed thresholds have no notion of a gradient's cancellation.
+  std::optional<BudgetOptions> backward_budget;
 };
+
+// entry.backward_budget, else gradient_budget(entry.default_budget).
+BudgetOptions backward_budget_of(const RegistryEntry& entry);
 
 class Registry {
  public:
@@ -46,8 +54,9 @@ class Registry {
   std::vector<RegistryEntry> entries_;
 };
 
-// The references (sequential and chunked in double and long double, the fp32 emulations) and
-// the planted-fault copies (fault.*, see faults.hpp).
+// The references (sequential and chunked in double and long double, the fp32 emulations, each
+// with its backward) and the planted-fault copies (fault.*, see implementations.hpp; the
+// fault.backward_* ones plant their bug in the backward).
 void register_references(Registry& registry);
 
 }  // namespace gdn::oracle

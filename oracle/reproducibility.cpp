@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "oracle/backward_budget.hpp"
+
 namespace gdn::oracle {
 
 namespace {
@@ -228,11 +230,21 @@ std::vector<Check> reproducibility_checks(Implementation& implementation, const 
   return checks;
 }
 
-void add_reproducibility_checks(Verdict& verdict, Implementation& implementation, const Problem& problem,
-                                const Inputs& inputs, const Outputs<double>& first) {
+namespace {
+
+// The bits in which two doubles differ.
+int differing_bits(double x, double y) {
+  std::uint64_t a, b;
+  std::memcpy(&a, &x, sizeof a);
+  std::memcpy(&b, &y, sizeof b);
+  return __builtin_popcountll(a ^ b);
+}
+
+// Adds the checks' violations to a verdict (shared by outputs and gradients).
+void add_checks(Verdict& verdict, std::vector<Check> checks) {
   if (verdict.status != Status::pass && verdict.status != Status::fail) return;
   bool violated = false;
-  for (Check& c : reproducibility_checks(implementation, problem, inputs, first)) {
+  for (Check& c : checks) {
     violated = violated || !c.pass;
     verdict.checks.push_back(std::move(c));
   }
@@ -242,6 +254,116 @@ void add_reproducibility_checks(Verdict& verdict, Implementation& implementation
   verdict.message +=
       "not reproducible bit for bit (a race, uninitialised memory or a batch-dependent reduction): "
       "run it under compute-sanitizer --tool racecheck and --tool initcheck";
+}
+
+// Cotangents reordered as select_sequences reorders the inputs: dO by token rows, dhT by
+// sequence rows (the backward covers dense states only).
+BackwardInputs select_cotangents(const Problem& problem, const BackwardInputs& b, const std::vector<int>& order,
+                                 std::int64_t T) {
+  BackwardInputs out;
+  std::vector<double> data;
+  for (int n : order) append_rows(b.dO, problem.seq_begin(n), problem.seq_len(n), data);
+  out.dO = with_rows(b.dO, T, data);
+  if (b.dhT.defined()) {
+    data.clear();
+    for (int n : order) append_rows(b.dhT, n, 1, data);
+    out.dhT = with_rows(b.dhT, std::int64_t(order.size()), data);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Check> backward_reproducibility_checks(Implementation& implementation, const Problem& problem,
+                                                   const Inputs& inputs, const BackwardInputs& cotangents,
+                                                   const Gradients<double>& first) {
+  std::vector<Check> checks;
+  const std::string repeat_rule = "bitwise: a second backward on the same inputs gives the same bits (determinism)";
+  const std::vector<OutputTensor> tensors = gradient_tensors(problem);
+  try {
+    const Gradients<double> again = implementation.backward(problem, inputs, cotangents);
+    for (OutputTensor t : tensors) {
+      const HostTensor<double>& a = gradient_of(first, t);
+      const HostTensor<double>& b = gradient_of(again, t);
+      if (a.shape() != b.shape()) {
+        checks.push_back(make_check(t, "repeat_bits", INFINITY, 0.0, repeat_rule,
+                                    std::string(output_tensor_name(t)) + ": the two runs' shapes differ (" +
+                                        shape_string(a.shape()) + " vs " + shape_string(b.shape()) + ")"));
+        continue;
+      }
+      double bits = 0;
+      std::int64_t elements = 0, at = -1;
+      for (std::int64_t i = 0; i < a.numel(); ++i) {
+        const int d = differing_bits(a[i], b[i]);
+        if (d == 0) continue;
+        bits += d;
+        ++elements;
+        if (at < 0) at = i;
+      }
+      std::string basis = repeat_rule;
+      if (elements > 0) {
+        std::ostringstream s;
+        s << ": " << bits << " bits in " << elements << " of " << a.numel() << " elements of " << output_tensor_name(t)
+          << " differ, first at " << locate(problem, &inputs, t, at).describe() << ": " << a[at] << " vs " << b[at];
+        basis += s.str();
+      }
+      checks.push_back(make_check(t, "repeat_bits", bits, 0.0, basis));
+    }
+  } catch (const std::exception& e) {
+    checks.push_back(bit_check(tensors.front(), "repeat_bits", std::string("the second backward threw: ") + e.what(),
+                               repeat_rule));
+  }
+  if (problem.N() >= 2) {
+    const std::string rule =
+        "bitwise: each sequence's gradients do not depend on its place in the pack (batch invariance; dA_log, "
+        "ddt_bias left out)";
+    try {
+      std::vector<int> reversed(static_cast<std::size_t>(problem.N()));
+      for (int n = 0; n < problem.N(); ++n) reversed[static_cast<std::size_t>(n)] = problem.N() - 1 - n;
+      Problem rp;
+      Inputs ri;
+      select_sequences(problem, inputs, reversed, &rp, &ri);
+      const BackwardInputs rb = select_cotangents(problem, cotangents, reversed, rp.T);
+      const Gradients<double> rev = implementation.backward(rp, ri, rb);
+      std::string diff;
+      for (OutputTensor t : tensors)
+        if (diff.empty() && gradient_of(rev, t).shape() != output_shape(rp, t))
+          diff = std::string(output_tensor_name(t)) + " of the reversed pack has shape " +
+                 shape_string(gradient_of(rev, t).shape()) + ", expected " + shape_string(output_shape(rp, t));
+      for (int n = 0; n < problem.N() && diff.empty(); ++n) {
+        const int m = problem.N() - 1 - n;
+        for (OutputTensor t : tensors) {
+          if (t == OutputTensor::dA_log || t == OutputTensor::ddt_bias) continue;
+          const char* name = output_tensor_name(t);
+          diff = t == OutputTensor::dh0
+                     ? compare_rows(name, gradient_of(first, t), n, gradient_of(rev, t), m, 1)
+                     : compare_rows(name, gradient_of(first, t), problem.seq_begin(n), gradient_of(rev, t),
+                                    rp.seq_begin(m), problem.seq_len(n));
+          if (!diff.empty()) {
+            diff = "sequence " + std::to_string(n) + " (position " + std::to_string(m) + " in the reversed pack): " + diff;
+            break;
+          }
+        }
+      }
+      checks.push_back(bit_check(tensors.front(), "repack_bits", diff, rule));
+    } catch (const std::exception& e) {
+      checks.push_back(bit_check(tensors.front(), "repack_bits", std::string("the reversed pack threw: ") + e.what(), rule));
+    }
+  }
+  return checks;
+}
+
+void add_backward_reproducibility_checks(Verdict& verdict, Implementation& implementation, const Problem& problem,
+                                         const Inputs& inputs, const BackwardInputs& cotangents,
+                                         const Gradients<double>& first) {
+  if (verdict.status != Status::pass && verdict.status != Status::fail) return;
+  add_checks(verdict, backward_reproducibility_checks(implementation, problem, inputs, cotangents, first));
+}
+
+void add_reproducibility_checks(Verdict& verdict, Implementation& implementation, const Problem& problem,
+                                const Inputs& inputs, const Outputs<double>& first) {
+  if (verdict.status != Status::pass && verdict.status != Status::fail) return;
+  add_checks(verdict, reproducibility_checks(implementation, problem, inputs, first));
 }
 
 }  // namespace gdn::oracle

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gradients.hpp"
 #include "core/implementation.hpp"
 #include "oracle/budget.hpp"
 
@@ -54,5 +55,27 @@ std::vector<Check> reproducibility_checks(Implementation& implementation, const 
 // verdicts are left as they are.
 void add_reproducibility_checks(Verdict& verdict, Implementation& implementation, const Problem& problem,
                                 const Inputs& inputs, const Outputs<double>& first);
+
+// ---- the backward (Implementation::backward) ----------------------------------------------
+
+// The reproducibility checks of a backward run that gave `first` on (problem, inputs,
+// cotangents; `first` has the problem's gradient shapes, as a PASS or FAIL verdict's run does;
+// the reruns' shapes are checked here): one more run on the same inputs must give the same bits, one check per gradient
+// tensor the problem has (metric "repeat_bits": the error is the number of bits that differ
+// over the tensor, the budget 0, the basis how many elements differ and where the first is);
+// with two or more sequences, the reversed pack (inputs and cotangents reordered) must give
+// each sequence the same bits in its token rows of dq ... db and its dh0 row ("repack_bits",
+// batch invariance; dA_log and ddt_bias, sums over every sequence, are left out: the order of
+// their terms moves with the pack). A rerun that throws gives a failing check naming it.
+std::vector<Check> backward_reproducibility_checks(Implementation& implementation, const Problem& problem,
+                                                   const Inputs& inputs, const BackwardInputs& cotangents,
+                                                   const Gradients<double>& first);
+
+// Adds backward_reproducibility_checks to a PASS or FAIL gradient verdict as
+// add_reproducibility_checks does for outputs (a violation turns PASS into FAIL and the message
+// says to run the sanitizers); SKIPPED and ERROR verdicts are left as they are.
+void add_backward_reproducibility_checks(Verdict& verdict, Implementation& implementation, const Problem& problem,
+                                         const Inputs& inputs, const BackwardInputs& cotangents,
+                                         const Gradients<double>& first);
 
 }  // namespace gdn::oracle

@@ -20,6 +20,12 @@ void validate_backward(const Problem& problem, const Inputs& inputs, const Backw
   if (problem.store_intermediate_states)
     throw ProblemError("store_intermediate_states",
                        "the backward does not differentiate per-token states (an inference option, §6)");
+  if (problem.state_dtype != DType::f32)
+    throw ProblemError("state_dtype", std::string("the backward covers fp32 states only (reduced-precision state pools "
+                                                  "are an inference option), got ") + dtype_name(problem.state_dtype));
+  if (problem.linear_gates())
+    throw ProblemError("gate_space", "the backward differentiates log-space gates only (dg); linear alpha is an "
+                                     "inference convention");
   if (!backward.dO.defined())
     throw ProblemError("dO", "is required by the backward but was not given (expected shape " +
                                  shape_string(problem.v_shape()) + ")");

@@ -13,6 +13,7 @@ Outputs<double> emulate(const Problem& problem, const Inputs& inputs, Formulatio
                                   : chunked<float>(problem, inputs, chunk_size);
   Outputs<double> out = fp32.cast<double>();
   round_in_place(problem.input_dtype, out.o);
+  round_stored_states(problem, out);
   return out;
 }
 

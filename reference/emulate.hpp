@@ -2,7 +2,7 @@
 // Precision emulation (§7): what a straightforward kernel in the problem's storage precisions
 // computes on these very inputs. Inputs are already stored in their dtypes (the Inputs
 // contract); state, gates and accumulation are fp32; o is rounded once to the input dtype,
-// hT stays fp32. The error this makes against the double oracle is the baseline that error
+// hT and the per-token states once to the state dtype (no rounding for fp32 states). The error this makes against the double oracle is the baseline that error
 // budgets scale from.
 #include "core/implementation.hpp"
 

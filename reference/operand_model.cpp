@@ -20,7 +20,9 @@ float softplus_f32(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
 OperandSplits OperandSplits::of(OperandRounding rounding, DType dtype) {
   OperandSplits s;
   s.vnew_in_pv = dtype == DType::f16;
-  if (rounding == OperandRounding::single) s = OperandSplits{false, false, false, false, false, false};
+  if (rounding == OperandRounding::single || rounding == OperandRounding::single_qk)
+    s = OperandSplits{false, false, false, false, false, false};
+  if (rounding == OperandRounding::single_qk) s.qk_stored = true;
   if (rounding == OperandRounding::split_state) s.s0_in_qs = false;
   if (rounding == OperandRounding::split_state_pv) s.s0_in_qs = false, s.vnew_in_pv = true;
   if (rounding == OperandRounding::s0_once) s.s0_in_qs = s.s0_in_ks = false, s.vnew_in_pv = true;
@@ -81,11 +83,17 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, c
           }
           r_q[i] = problem.use_qk_l2norm ? 1.f / std::sqrt(sq + 1e-6f) : 1.f;
           r_k[i] = problem.use_qk_l2norm ? 1.f / std::sqrt(sk + 1e-6f) : 1.f;
+          if (splits.qk_stored && problem.use_qk_l2norm) {
+            // x * rstd in fp32, stored in the input dtype; the stored vectors are the operands.
+            Q.row(i) = round_once(Matrix<float>(Q.row(i) * r_q[i]));
+            Kc.row(i) = round_once(Matrix<float>(Kc.row(i) * r_k[i]));
+            r_q[i] = r_k[i] = 1.f;
+          }
           for (int x = 0; x < V; ++x) Vc(i, x) = static_cast<float>(inputs.v[(t * HV + j) * V + x]);
           const std::int64_t gi = t * HV + j;
           float g = 0.f;
           if (problem.gate_mode == GateMode::direct) {
-            g = static_cast<float>(inputs.g[gi]);
+            g = problem.linear_gates() ? std::log(static_cast<float>(inputs.g[gi])) : static_cast<float>(inputs.g[gi]);
             beta[i] = static_cast<float>(inputs.beta[gi]);
           } else {
             g = -std::exp(static_cast<float>(inputs.A_log[j])) *
@@ -173,6 +181,7 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, c
   }
   Outputs<double> result = out.cast<double>();
   round_in_place(dtype, result.o);
+  round_stored_states(problem, result);
   return result;
 }
 

@@ -29,7 +29,14 @@ namespace gdn::reference {
 // chunk at K 128 instead of 64).
 // s0_once: S0 rounded once in both S0 products, Vnew hi + lo in P Vnew (52 wgmma; the state
 // keeps about 12 bits, not 16): a design studied, not built.
-enum class OperandRounding { split, single, split_state, split_state_pv, s0_once };
+// single_qk: single, with the l2-normalised q and k stored in the input dtype and used as the
+// operands of every q and k product (K S0, K K^T, Q K^T, Q S0, the state update) instead of the
+// raw q, k with fp32 norm scales. This is what fla's chunk kernels (Triton and its FlashQLA
+// backend) and FlashQLA do: they normalise q and k in a pass of their own (x * rstd in fp32,
+// stored in x's dtype: fla/modules/norm/l2norm.py, flash_qla/utils/math.py) before the chunk
+// kernels run. Where q . k cancels, the stored vectors' rounding is most of o's error. Without
+// use_qk_l2norm it is single (for fp32 inputs the normalised vectors are the fp32 operands).
+enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk };
 
 // Which computed operands go in as hi + lo (bf16 / fp16 inputs; the rest are rounded once).
 struct OperandSplits {
@@ -39,8 +46,12 @@ struct OperandSplits {
   bool x = true;          // X in T X: T hi X lo
   bool vnew_d = true;     // the decayed Vnew in the state update
   bool vnew_in_pv = false;  // Vnew in P Vnew (split: fp16 only)
+  // Not a split: the l2-normalised q, k rounded to the input dtype and used as the operands
+  // (single_qk); false: raw q, k operands with the norms as fp32 scales, as our kernel does.
+  bool qk_stored = false;
   // The presets: split (vnew_in_pv for fp16 only), every operand once, split with S0 hi only
-  // in Q S0, that with Vnew split in P Vnew (the kernel's design), and s0_once.
+  // in Q S0, that with Vnew split in P Vnew (the kernel's design), s0_once, and single_qk
+  // (every operand once, q and k normalised and stored).
   static OperandSplits of(OperandRounding rounding, DType dtype);
 };
 

@@ -10,6 +10,7 @@
 #include "fuzz/inputs.hpp"
 #include "reference/emulate.hpp"
 #include "reference/operand_model.hpp"
+#include "reference/precision.hpp"
 #include "reference/sequential.hpp"
 
 namespace {
@@ -118,4 +119,39 @@ TEST_CASE("operand model: fp32 inputs are never rounded, whatever the scheme", "
   const Outputs<double> exact = reference::sequential<double>(p, in);
   CHECK(rel_rms(exact.o, split.o) < 1e-5);
   CHECK(rel_rms(exact.hT, split.hT) < 1e-5);
+}
+
+TEST_CASE("operand model: single_qk rounds the normalised q, k, which is o's error where q . k cancels",
+          "[operand_model]") {
+  // Without l2norm the raw q, k are the operands either way: single_qk is single, bit for bit.
+  Problem plain = varlen(DType::bf16);
+  plain.use_qk_l2norm = false;
+  const Inputs plain_in = fuzz::make_inputs(plain, {}, 9);
+  const Outputs<double> a = reference::emulate_operands(plain, plain_in, OperandRounding::single);
+  const Outputs<double> b = reference::emulate_operands(plain, plain_in, OperandRounding::single_qk);
+  CHECK(std::memcmp(a.o.data(), b.o.data(), sizeof(double) * std::size_t(a.o.numel())) == 0);
+  CHECK(std::memcmp(a.hT.data(), b.hT.data(), sizeof(double) * std::size_t(a.hT.numel())) == 0);
+
+  // One token, no initial state: o = scale (q^ . k^) beta v. With q . k a few hundredths of |q||k|
+  // (K = 128 products that cancel), rounding q^ and k^ to bf16 (2^-9 each) moves q^ . k^ by about
+  // 2^-9 sqrt(2 / K) = 2.4e-4, near 1% of it; single keeps the raw q, k exact and errs by about u.
+  Problem p = Problem::packed({1}, 1, 1, 128, 128);
+  p.input_dtype = DType::bf16;
+  p.gate_dtype = DType::f32;
+  p.use_qk_l2norm = true;
+  Inputs in = fuzz::make_inputs(p, {}, 3);
+  // k := the drawn k made nearly orthogonal to q (q's component 0.03 |q|), stored in bf16.
+  double rq = 0, q2 = 0;
+  for (int x = 0; x < p.K; ++x) rq += in.k[x] * in.q[x], q2 += in.q[x] * in.q[x];
+  for (int x = 0; x < p.K; ++x) in.k[x] = reference::round_to(DType::bf16, in.k[x] + (0.03 - rq / q2) * in.q[x]);
+  double qq = 0, kk = 0, qk = 0;
+  for (int x = 0; x < p.K; ++x) qq += in.q[x] * in.q[x], kk += in.k[x] * in.k[x], qk += in.q[x] * in.k[x];
+  INFO("cos(q, k) = " << qk / std::sqrt(qq * kk));
+  REQUIRE(std::abs(qk) < 0.1 * std::sqrt(qq * kk));
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  const double single = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::single).o);
+  const double stored = rel_rms(exact.o, reference::emulate_operands(p, in, OperandRounding::single_qk).o);
+  INFO("o rel_rms single " << single << ", single_qk " << stored);
+  CHECK(single < 0x1p-8);
+  CHECK(stored > 2 * single);
 }

@@ -5,6 +5,7 @@
 
 #include "core/dtype.hpp"
 #include "core/host_tensor.hpp"
+#include "core/problem.hpp"
 
 namespace gdn::reference {
 
@@ -36,6 +37,17 @@ inline bool representable(DType dtype, const HostTensor<double>& tensor) {
     if (x == x && round_to(dtype, x) != x) return false;
   }
   return true;
+}
+
+// The states a kernel stores, rounded once to the problem's state dtype (§7): hT (the whole
+// cache with a state cache) and the per-token states. Kernels keep the running state in fp32
+// and round only what they write, so the rounding is applied to outputs, never fed back into
+// the recurrence. Every emulation of a kernel's storage ends with this.
+template <class T>
+void round_stored_states(const Problem& problem, Outputs<T>& outputs) {
+  if (problem.state_dtype == DType::f32) return;
+  round_in_place(problem.state_dtype, outputs.hT);
+  round_in_place(problem.state_dtype, outputs.intermediate);
 }
 
 }  // namespace gdn::reference

@@ -58,12 +58,16 @@ void load_qk(const Problem& problem, const Inputs& inputs, std::int64_t t, int h
   for (int i = 0; i < problem.K; ++i) q[i] *= scale;
 }
 
-// g and beta of token t, value head j: given directly, or through the fused gates of §3.
+// g and beta of token t, value head j: given directly (g, or log(alpha) with linear gates), or
+// through the fused gates of §3.
 template <class Scalar>
 void load_gates(const Problem& problem, const Inputs& inputs, std::int64_t t, int j, Scalar* g, Scalar* beta) {
   const std::int64_t i = t * problem.HV + j;
   if (problem.gate_mode == GateMode::direct) {
-    *g = static_cast<Scalar>(inputs.g[i]);
+    using std::log;
+    // Linear gates hold alpha = exp(g): g is its log in Scalar (log(0) = -inf, the reset), the
+    // log of an exact input, so the problem itself is not rounded.
+    *g = problem.linear_gates() ? log(static_cast<Scalar>(inputs.g[i])) : static_cast<Scalar>(inputs.g[i]);
     *beta = static_cast<Scalar>(inputs.beta[i]);
   } else {
     fused_gates<Scalar>(static_cast<Scalar>(inputs.a[i]), static_cast<Scalar>(inputs.b[i]),

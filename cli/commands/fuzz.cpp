@@ -1,6 +1,8 @@
 // gdn-testbed fuzz: random cases from the property suite's generator until --seconds or
 // --cases, every failure shrunk and saved as a case file with the command that replays it.
 // Exit 1 when a failure was found, 77 (SKIPPED) when no selected implementation can run here.
+// --backward fuzzes the backward (FuzzOptions::backward): cases from the backward's space,
+// seeded cotangents, gradients judged, failures saved with in.dO, in.dhT and their gradients.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -22,6 +24,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/commands/options.hpp"
 #include "cli/output.hpp"
+#include "fuzz/backward_properties.hpp"
 #include "fuzz/sample.hpp"
 
 namespace gdn::cli {
@@ -51,6 +54,7 @@ struct FuzzCommandOptions {
   bool stop_at_first = false;
   bool no_shrink = false;
   bool quiet = false;
+  bool backward = false;
   SpaceOptions space;
 };
 
@@ -157,9 +161,17 @@ int fuzz_command(const FuzzCommandOptions& o, const std::string& command, const 
   } else if (!error.empty()) {
     throw UsageError(error);
   }
-  const fuzz::CaseSpace space = o.space.space();
+  if (o.backward && o.space.intermediate_option->count() > 0)
+    throw UsageError("--intermediate: the backward does not differentiate per-token states (docs/backward.md, Scope); "
+                     "leave it out with --backward");
+  // --backward: the space restricted to what the backward covers (fuzz::backward_space).
+  const fuzz::CaseSpace space = o.backward ? fuzz::backward_space(o.space.space()) : o.space.space();
   // A budget that cannot judge an implementation would make every case an ERROR: refused here.
-  if (options.budget && options.budget->baseline == oracle::BudgetBaseline::operands_single &&
+  if (o.backward && options.budget && options.budget->model == oracle::BudgetModel::calibrated &&
+      options.budget->baseline != oracle::BudgetBaseline::emulation)
+    throw UsageError("--budget " + options.budget->describe() +
+                     " does not apply to gradients: the backward has no operand model (use baseline=emulation)");
+  if (options.budget && options.budget->baseline != oracle::BudgetBaseline::emulation &&
       options.budget->model == oracle::BudgetModel::calibrated) {
     for (const oracle::RegistryEntry* e : selected) {
       const auto impl = e->make();
@@ -177,16 +189,20 @@ int fuzz_command(const FuzzCommandOptions& o, const std::string& command, const 
   // a pass.
   for (const oracle::RegistryEntry* e : selected) {
     std::string why;
-    if (e->make()->available(&why)) options.implementations.push_back(e);
-    else std::cout << "SKIPPED " << e->name << ": " << why << "\n";
+    const auto impl = e->make();
+    if (!impl->available(&why)) std::cout << "SKIPPED " << e->name << ": " << why << "\n";
+    else if (o.backward && !impl->has_backward()) std::cout << "SKIPPED " << e->name << ": no backward\n";
+    else options.implementations.push_back(e);
   }
   if (options.implementations.empty()) {
-    std::cout << "fuzz: SKIPPED, no selected implementation can run here\n";
+    std::cout << "fuzz: SKIPPED, no selected implementation can run here" << (o.backward ? " with a backward" : "")
+              << "\n";
     return 77;
   }
   options.shrink = !o.no_shrink;
   options.max_saved_failures = static_cast<int>(o.max_failures);
   options.stop_at_first_failure = o.stop_at_first;
+  options.backward = o.backward;
   options.generator = [space](std::uint64_t seed) { return fuzz::sample_case(seed, space); };
   options.interrupted = &g_interrupted;
   options.progress = o.quiet ? nullptr : &std::cerr;
@@ -264,6 +280,10 @@ void add_fuzz(CLI::App& app, Context& context) {
   sub->add_flag("--stop-at-first", o->stop_at_first, "stop at the first failure");
   sub->add_flag("--no-shrink", o->no_shrink, "save failures as found, unshrunk");
   sub->add_flag("--quiet", o->quiet, "no progress line on stderr");
+  sub->add_flag("--backward", o->backward,
+                "fuzz the backward: cases without a state cache or per-token states, cotangents dO, dhT drawn from "
+                "each case's seed, gradients judged under each implementation's backward budget; failures saved with "
+                "in.dO, in.dhT and the gradients (gdn-case/2). Implementations without a backward are SKIPPED");
   add_space_options(*sub, &o->space);
   sub->callback([o, &context] { context.exit_code = fuzz_command(*o, context.command_line, context.binary); });
 }

@@ -66,23 +66,20 @@ int generate(const GenerateOptions& o, const std::string& command) {
   for (const std::string& f : old)
     if (::unlink(f.c_str()) != 0) throw UsageError("--force: cannot remove " + f + ": " + std::strerror(errno));
   std::vector<GeneratedCase> cases;
-  // The seed of each case's cotangents (--backward): the case's own seed for sampled cases (the
-  // cotangents the backward properties and gdn_testbed.fuzz_backward draw for it).
+  // The seed of each case's cotangents (--backward): the case's own seed (for sampled cases the
+  // cotangents the backward properties, fuzz --backward and gdn_testbed.fuzz_backward draw for
+  // it; for built-in ones those of conformance --backward).
   std::vector<std::uint64_t> backward_seeds;
   std::size_t out_of_scope = 0;
-  if (o.suite == "conformance") {
-    std::uint64_t index = 0;
-    for (GeneratedCase& c : conformance_cases()) {
-      const std::uint64_t seed = case_seed(o.seed, index++);
-      // The backward covers dense states only (docs/backward.md, Scope): the built-in cases with
-      // a state cache or per-token states are left out of a --backward set.
-      if (o.backward && (c.problem.uses_state_cache() || c.problem.store_intermediate_states)) {
-        ++out_of_scope;
-        continue;
-      }
-      cases.push_back(std::move(c));
-      backward_seeds.push_back(seed);
+  if (o.suite == "conformance" && o.backward) {
+    // The backward's built-in cases with the cotangents `conformance --backward` judges (each
+    // case's own seed; docs/backward.md, Scope, for the cases left out).
+    for (BackwardCase& b : backward_conformance_cases(&out_of_scope)) {
+      cases.push_back(std::move(b.generated));
+      backward_seeds.push_back(b.seed);
     }
+  } else if (o.suite == "conformance") {
+    for (GeneratedCase& c : conformance_cases()) cases.push_back(std::move(c));
   } else {
     // --backward: the space restricted to what the backward covers (fuzz::backward_space).
     const fuzz::CaseSpace space = o.backward ? fuzz::backward_space(o.space.space()) : o.space.space();
@@ -124,8 +121,8 @@ int generate(const GenerateOptions& o, const std::string& command) {
     std::cout << "; with the backward's inputs dO and, for three draws in four where the problem has hT, dhT "
               << "(verify judges the out.dq ... out.dh0 written into them)";
   if (out_of_scope > 0)
-    std::cout << "; " << out_of_scope << " built-in cases left out (state caches, per-token states: not in the "
-              << "backward's scope)";
+    std::cout << "; " << out_of_scope << " built-in cases left out (state caches, per-token states, reduced-precision "
+              << "states or linear gates: not in the backward's scope)";
   std::cout << "\n";
   return 0;
 }
@@ -137,7 +134,7 @@ void add_generate(CLI::App& app, Context& context) {
   auto o = std::make_shared<GenerateOptions>();
   sub->add_option("--out", o->out, "folder for the case files and manifest.json (required)")->type_name("DIR");
   add_integer(*sub, "--cases", &o->cases, 1, 99999, "how many cases (--suite fuzz)")->type_name("N");
-  add_seed(*sub, "--seed", &o->seed, "the campaign's seed, as in fuzz --seed")->type_name("S");
+  add_seed(*sub, "--seed", &o->seed, "the campaign's seed, as in fuzz --seed (--suite fuzz)")->type_name("S");
   sub->add_option("--suite", o->suite, "fuzz: sampled cases; conformance: the built-in cases")
       ->type_name("fuzz|conformance")
       ->check(CLI::IsMember({"fuzz", "conformance"}).description(""))

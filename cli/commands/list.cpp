@@ -1,5 +1,5 @@
-// gdn-testbed list: the registered implementations, whether they can run here, and their
-// default budgets.
+// gdn-testbed list: the registered implementations, whether they can run here, their default
+// budgets, and whether they have a backward (and its budget).
 #include <iostream>
 
 #include "cli/commands/commands.hpp"
@@ -13,10 +13,13 @@ namespace {
 int list() {
   for (const oracle::RegistryEntry& e : default_registry().entries()) {
     std::string why;
-    const bool available = e.make()->available(&why);
+    const auto impl = e.make();
+    const bool available = impl->available(&why);
     std::cout << e.name << (e.in_conformance ? "" : "  [not in 'all']") << (e.gpu ? "  [gpu]" : "")
               << (available ? "" : "  [unavailable: " + why + "]") << "\n    " << e.description
-              << "\n    default budget: " << e.default_budget.describe() << "\n";
+              << "\n    default budget: " << e.default_budget.describe() << "\n    backward: "
+              << (impl->has_backward() ? "budget " + oracle::backward_budget_of(e).describe() : std::string("none"))
+              << "\n";
   }
   return 0;
 }

@@ -1,8 +1,9 @@
 // gdn-testbed replay: re-run the implementation a case file names (or --impl NAME) on its
 // inputs and judge it; a file with outputs but no runnable implementation is judged on the
-// outputs it holds. Gradients a file holds (gdn-case/2) are judged as stored (no backward is
-// registered to re-run), in the same verdict. --expect pass|fail turns the verdict into the exit
-// status.
+// outputs it holds. A backward case (gdn-case/2, in.dO) re-runs the implementation's backward
+// on the file's cotangents when it has one (and its forward only when the file holds outputs);
+// otherwise, or when that backward cannot run here, the gradients the file holds are judged as
+// stored, in the same verdict as the forward. --expect pass|fail turns the verdict into the exit status.
 #include <iostream>
 #include <new>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "cli/commands/options.hpp"
 #include "cli/output.hpp"
 #include "cli/registry_all.hpp"
+#include "oracle/backward_budget.hpp"
 
 namespace gdn::cli {
 
@@ -39,7 +41,43 @@ oracle::Verdict replay_one(const ReplayOptions& o, const std::string& path,
     const std::string name = impl_given ? o.impl : c.meta("gdn.implementation");
     const oracle::RegistryEntry* entry = name.empty() ? nullptr : default_registry().find(name);
     oracle::Verdict v;
-    if (entry) {
+    std::unique_ptr<Implementation> backward_impl;
+    if (entry && c.backward) {
+      backward_impl = entry->make();
+      if (!backward_impl->has_backward()) backward_impl.reset();
+    }
+    if (backward_impl) {
+      // The backward re-run on the file's inputs and cotangents, judged under the entry's
+      // backward budget (or the file's, where no looser); the forward too when the file has
+      // outputs to say it was part of the case.
+      std::string note;
+      const oracle::BudgetOptions gb = file_gradient_budget(c, budget, entry, &note);
+      std::string why;
+      if (!oracle::backward_in_scope(c.problem, &why))
+        return error_verdict(path, entry->name, path + ": holds backward inputs for a problem outside the backward's "
+                                                       "scope: " + why);
+      oracle::BackwardContext context(c.meta("gdn.case_name", path), c.problem, c.inputs, *c.backward);
+      v = oracle::evaluate_backward(*backward_impl, context, gb);
+      if (v.status == oracle::Status::skipped && c.gradients) {
+        // It cannot run here (a GPU kernel without a device): the gradients the file holds are
+        // judged as they are rather than hidden behind SKIPPED.
+        const std::string why_not = v.message;
+        v = judge_file_gradients(c, c.meta("gdn.case_name", path), entry->name, gb);
+        v.message = "judged the gradients stored in the file; the backward was not re-run: " + why_not +
+                    (v.message.empty() ? "" : "; " + v.message);
+      } else {
+        v.message += std::string(v.message.empty() ? "" : "; ") + "re-ran " + entry->name + "'s backward";
+      }
+      if (!note.empty()) v.message += "; " + note;
+      if (c.outputs) {
+        std::string forward_note;
+        const oracle::BudgetOptions b = file_budget(c, budget, entry, &forward_note);
+        oracle::CaseContext forward_context(c.meta("gdn.case_name", path), c.problem, c.inputs);
+        oracle::Verdict f = oracle::evaluate(*backward_impl, forward_context, b);
+        if (!forward_note.empty()) f.message += (f.message.empty() ? "" : "; ") + forward_note;
+        v = v.status == oracle::Status::skipped ? f : f.status == oracle::Status::skipped ? v : combine_verdicts(f, v);
+      }
+    } else if (entry) {
       std::string note;
       const oracle::BudgetOptions b = file_budget(c, budget, entry, &note);
       oracle::CaseContext context(c.meta("gdn.case_name", path), c.problem, c.inputs);
@@ -48,10 +86,13 @@ oracle::Verdict replay_one(const ReplayOptions& o, const std::string& path,
       v.message += std::string(v.message.empty() ? "" : "; ") + "re-ran " + entry->name;
       if (!note.empty()) v.message += "; " + note;
       if (c.gradients) {
-        // The registry holds forward implementations only: the stored gradients are judged as
-        // they are, under the same budget, and a SKIPPED forward does not hide them.
+        // An implementation without a backward: the stored gradients are judged as they are,
+        // under its gradient budget, and a SKIPPED forward does not hide them.
+        std::string gradient_note;
+        const oracle::BudgetOptions gb = file_gradient_budget(c, budget, entry, &gradient_note);
         oracle::Verdict g = judge_file_gradients(c, c.meta("gdn.case_name", path),
-                                                 c.meta("gdn.implementation", entry->name), b);
+                                                 c.meta("gdn.implementation", entry->name), gb);
+        if (!gradient_note.empty()) g.message += (g.message.empty() ? "" : "; ") + gradient_note;
         g.message = "judged the gradients stored in the file" + (g.message.empty() ? "" : "; " + g.message);
         if (v.status == oracle::Status::skipped) g.message += "; the forward was not re-run: " + v.message;
         v = v.status == oracle::Status::skipped ? g : combine_verdicts(v, g);

@@ -16,7 +16,7 @@ from __future__ import annotations
 from . import _core
 from ._core import ProblemError, Verdict
 from .arrays import as_numpy, from_torch, to_torch, torch_inputs
-from .kernel import OPERANDS_SINGLE, QUALITY_BUDGET, Kernel, Unsupported, kernel
+from .kernel import OPERANDS_SINGLE, OPERANDS_SINGLE_QK, QUALITY_BUDGET, Design, Kernel, Unsupported, kernel
 from .oracle import (budget_describe, chunked, compare, emulate, emulate_operands, implementations, judge,
                      run_implementation, sequential, verdicts_json, write_verdicts)
 from .problem import Problem, default_input_options, make_inputs, problem_from_dict, round_to, validate_inputs
@@ -33,7 +33,7 @@ __all__ = [
     "BackwardKernel", "autograd_kernel", "backward_tensors", "check_backward", "chunked_backward",
     "emulate_backward", "fuzz_backward", "judge_backward", "load_backward_case", "make_backward_inputs",
     "replay_backward", "sequential_backward",
-    "OPERANDS_SINGLE", "QUALITY_BUDGET",
+    "OPERANDS_SINGLE", "OPERANDS_SINGLE_QK", "QUALITY_BUDGET", "Design",
     "CaseFile", "CaseSpace", "CheckResult", "FuzzSummary", "Kernel", "Problem", "ProblemError", "Unsupported",
     "Verdict", "as_numpy", "budget_describe", "check", "chunked", "compare", "default_input_options", "draw_case",
     "emulate", "emulate_operands", "from_torch", "fuzz", "implementations", "judge", "judge_case_file", "kernel",

@@ -15,8 +15,9 @@ import sys
 import numpy as np
 
 # Storage dtype of each input tensor given the problem (docs/case_files.md).
-_INPUT_DTYPE_KEYS = {"q": "input", "k": "input", "v": "input", "g": "gate", "beta": "gate", "a": "gate",
-                     "b": "gate", "A_log": "f32", "dt_bias": "f32", "h0": "f32"}
+# "alpha" is the direct decay of a problem with linear gates (gate_space "linear"), in place of "g".
+_INPUT_DTYPE_KEYS = {"q": "input", "k": "input", "v": "input", "g": "gate", "alpha": "gate", "beta": "gate",
+                     "a": "gate", "b": "gate", "A_log": "f32", "dt_bias": "f32", "h0": "state"}
 
 _TORCH_DTYPES = {"f64": "float64", "f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 # numpy has no bfloat16: bf16 values are handed over as float32 (exactly representable).
@@ -67,8 +68,16 @@ def as_numpy_outputs(outputs: dict) -> dict:
 
 
 def storage_dtype(problem, name: str) -> str:
+    """The dtype an input is stored in: q, k, v input_dtype; g / alpha, beta, a, b gate_dtype; h0
+    state_dtype; A_log, dt_bias f32."""
     kind = _INPUT_DTYPE_KEYS[name]
-    return problem.input_dtype if kind == "input" else problem.gate_dtype if kind == "gate" else "f32"
+    if kind == "input":
+        return problem.input_dtype
+    if kind == "gate":
+        return problem.gate_dtype
+    if kind == "state":
+        return problem.state_dtype
+    return "f32"
 
 
 def numpy_inputs(problem, inputs: dict) -> dict:
@@ -87,7 +96,7 @@ def numpy_inputs(problem, inputs: dict) -> dict:
 
 def torch_inputs(problem, inputs: dict, device=None) -> dict:
     """The inputs as torch tensors in their storage dtypes (q, k, v in input_dtype; gates in
-    gate_dtype; A_log, dt_bias, h0 float32; cu_seqlens int64; state_indices int32) on `device`
+    gate_dtype; h0 in state_dtype; A_log, dt_bias float32; cu_seqlens int64; state_indices int32) on `device`
     (default: cuda when available, else cpu). Copies."""
     import torch
     if device is None:

@@ -76,9 +76,69 @@ def _replay_spec(fn, kernel=None) -> Optional[str]:
 # accumulation: the calibrated rule over that design's own emulation (docs/budgets.md,
 # "baseline=operands_single"), the state floor in units of the input dtype. Chunked at C = 64.
 OPERANDS_SINGLE = "calibrated(state_unit=input,baseline=operands_single)"
+# OPERANDS_SINGLE with the l2-normalised q and k stored in the input dtype and used as the
+# operands of every q and k product (reference::OperandRounding::single_qk): what fla's chunk
+# kernels (both backends) and FlashQLA do, normalising q and k in a pass of their own before the
+# chunk kernels. Without use_qk_l2norm it is OPERANDS_SINGLE.
+OPERANDS_SINGLE_QK = "calibrated(state_unit=input,baseline=operands_single_qk)"
 # The default budget: the calibrated rule over the fp32 emulation. For a kernel with a declared
 # design this is the quality figure (how far the design is from what fp32 can achieve).
 QUALITY_BUDGET = "calibrated"
+
+
+class Design:
+    """A chunked kernel's precision design: which intermediates it stores in which dtype, and so
+    which emulation is its calibrated baseline (docs/python.md, "Precision designs").
+
+    operands       "input": the chunk states fed back into the next chunk and the computed
+                   tensor-core operands (W or the WY factors, U, v_new, the decayed v_new, P) are
+                   rounded once to the input dtype, accumulation in fp32. (The hi + lo split
+                   designs of our own kernel are C++ registry models, not offered here.)
+    normalized_qk  with use_qk_l2norm: "input", the normalised q and k are stored in the input
+                   dtype and are the operands (fla, FlashQLA: x * rstd in fp32, then cast);
+                   "scale", the raw q and k are the operands and the norms fp32 scales (our
+                   chunked kernel)
+    tf32           fp32 inputs go through TF32 tensor-core products. Not modelled: the design's
+                   budget for fp32 inputs is the fp32 one, so the TF32 loss shows as a FAIL; the
+                   description says so
+    chunk_size     the chunk length the model is built for (64 only)
+    notes          what else the kernel does that the model does not distinguish (recorded)
+    """
+
+    def __init__(self, *, operands: str = "input", normalized_qk: str = "scale", tf32: bool = False,
+                 chunk_size: int = 64, notes: str = ""):
+        if operands != "input":
+            raise ValueError(f"Design: operands must be 'input' (computed operands rounded once to the input dtype); "
+                             f"got {operands!r}. A kernel with fp32 intermediates declares no design")
+        if normalized_qk not in ("input", "scale"):
+            raise ValueError(f"Design: normalized_qk must be 'input' or 'scale', got {normalized_qk!r}")
+        if chunk_size != 64:
+            raise ValueError(f"Design: the operand model is built for chunks of 64 tokens, got chunk_size={chunk_size!r}")
+        if not isinstance(notes, str) or not isinstance(tf32, bool):
+            raise TypeError(f"Design: notes must be a str and tf32 a bool, got {type(notes).__name__} and "
+                            f"{type(tf32).__name__}")
+        self.operands, self.normalized_qk, self.tf32 = operands, normalized_qk, bool(tf32)
+        self.chunk_size, self.notes = chunk_size, notes
+
+    @property
+    def budget(self) -> str:
+        return OPERANDS_SINGLE_QK if self.normalized_qk == "input" else OPERANDS_SINGLE
+
+    def describe(self) -> str:
+        text = ("chunk states h and the computed tensor-core operands (W, U, v_new) stored in the input dtype "
+                "(bf16/fp16), fp32 accumulation")
+        if self.normalized_qk == "input":
+            text += "; the l2-normalised q, k stored in the input dtype and used as the operands"
+        if self.tf32:
+            text += ("; for fp32 inputs TF32 tensor-core dots (not modelled by the budget: an fp32 FAIL may be that "
+                     "design)")
+        if self.notes:
+            text += "; " + self.notes
+        return text
+
+    def __repr__(self) -> str:
+        return (f"Design(operands={self.operands!r}, normalized_qk={self.normalized_qk!r}, tf32={self.tf32}, "
+                f"chunk_size={self.chunk_size})")
 
 
 class Kernel:
@@ -95,14 +155,17 @@ class Kernel:
     space         the kernel's support matrix (a CaseSpace): fuzz and check use it when no
                   space is given
     budget        the budget it is judged by unless the caller names another
-    design        the kernel's precision design in words (which intermediates it stores in
-                  which dtype), declared with the budget that models it: a kernel that keeps
-                  chunk states or tensor-core operands in the input dtype by design is judged
-                  by ``OPERANDS_SINGLE`` (the chunked form with every computed operand rounded
-                  once to the input dtype as its baseline), so that a FAIL is a bug, not the
-                  design; its accuracy against the fp32 baseline (``QUALITY_BUDGET``) is a
-                  quality figure (docs/python.md, "Precision designs"). None: fp32
-                  intermediates, the default calibrated budget
+    design        the kernel's precision design: a ``Design`` (its budget is the default
+                  budget, and its description is recorded), or the design in words declared
+                  with the budget that models it. A kernel that keeps chunk states or
+                  tensor-core operands in the input dtype by design is judged by
+                  ``OPERANDS_SINGLE`` or ``OPERANDS_SINGLE_QK`` (the chunked form with every
+                  computed operand rounded once to the input dtype as its baseline; the second
+                  with the normalised q, k stored too), so that a FAIL is a bug, not the design;
+                  its accuracy against the fp32 baseline (``QUALITY_BUDGET``) is a quality
+                  figure (docs/python.md, "Precision designs"). None: fp32 intermediates, the
+                  default calibrated budget. ``kernel.design`` is the description (a str),
+                  ``kernel.precision`` the ``Design`` when one was given
     replay        how `python3 -m gdn_testbed --kernel SPEC` loads it (FILE.py:NAME or
                   module:NAME); found from fn when it is reachable by name
     """
@@ -119,6 +182,13 @@ class Kernel:
             raise ValueError(f"Kernel: chunk_size must be an integer >= 1, got {chunk_size!r}")
         if arrays not in ("numpy", "torch"):
             raise ValueError(f"Kernel: arrays must be 'numpy' or 'torch', got {arrays!r}")
+        precision = design if isinstance(design, Design) else None
+        if precision is not None:
+            if formulation != "chunked" or chunk_size != precision.chunk_size:
+                raise ValueError(f"Kernel: {precision!r} models the chunked form at C = {precision.chunk_size}; this "
+                                 f"kernel is {formulation}" + (f" at C = {chunk_size}" if formulation == "chunked" else ""))
+            budget = precision.budget if budget is None else budget
+            design = precision.describe()
         if design is not None and (not isinstance(design, str) or not design.strip()):
             raise ValueError(f"Kernel: design must be a non-empty description, got {design!r}")
         if design is not None and budget is None:
@@ -141,6 +211,7 @@ class Kernel:
         self.space = space
         self.budget = budget
         self.design = design
+        self.precision = precision
         self._replay = replay
 
     @property

@@ -7,7 +7,9 @@ case file's ``gdn.problem`` object (docs/case_files.md), read strictly.
 
 Inputs are a dict of numpy float64 arrays by case-file name (q, k, v, g, beta or a, b, A_log,
 dt_bias, h0, state_indices; cu_seqlens alongside), every value exactly representable in its
-storage dtype (q, k, v: input_dtype; g, beta, a, b: gate_dtype; A_log, dt_bias, h0: f32).
+storage dtype (q, k, v: input_dtype; g, beta, a, b: gate_dtype; h0: state_dtype; A_log,
+dt_bias: f32). With linear gates (``gate_space="linear"``) the decay is ``alpha`` = exp(g) in
+place of ``g`` (``problem.decay_name``).
 """
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ Every field of the C++ struct can be given by its name (max_K, K_values, input_d
 the short forms map onto them: dtypes -> input_dtypes, K -> K_values, V -> V_values,
 H -> H_values, group -> group_values, lengths -> length_values, scale -> scale_values,
 sequences=(lo, hi) -> min_sequences, max_sequences. A scalar pins (K=128), a list or range
-draws from the set. Features take "off", "sometimes", "always" (or False / True =
+draws from the set. Storage conventions: state_dtypes (["f32"] by default; ["f32", "bf16"] for a
+kernel with fp32 or bf16 state pools) and gate_spaces (["log"] by default; ["linear"] for a
+kernel that takes alpha = exp(g)). Features take "off", "sometimes", "always" (or False / True =
 off / sometimes).
 """
 from __future__ import annotations
@@ -32,7 +34,7 @@ PRESETS = ("everything", "chunked", "recurrent_prefill", "decode", "chunked_pref
 _ALIASES = {"dtypes": "input_dtypes", "K": "K_values", "V": "V_values", "H": "H_values", "group": "group_values",
             "lengths": "length_values", "scale": "scale_values"}
 _LIST_FIELDS = {"input_dtypes", "regimes", "K_values", "V_values", "H_values", "group_values", "length_values",
-                "scale_values"}
+                "scale_values", "state_dtypes", "gate_spaces"}
 
 GeneratedCase = namedtuple("GeneratedCase", "problem inputs generator")
 

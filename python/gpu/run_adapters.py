@@ -34,8 +34,11 @@ The spaces: each run starts from the adapter's declared space and narrows it onl
 compiled kernel would otherwise spend the budget compiling: fla's Triton kernels autotune per
 (H, HV, K, V), so H = 2, HV / H in {1, 2} and K = V = 128 (K, V in {64, 128} for the fused
 recurrent kernel); FlashQLA's TileLang kernels take head counts, scale, gate dtypes and the
-state flags as compile-time parameters, so one variant of those (FLASH_QLA below).
-`--full-spaces` keeps the declared spaces. Every run records the space it drew from in full.
+state flags as compile-time parameters, so one variant of those (FLASH_QLA below). The run
+fla.chunk.triton.bf16.pinned draws one compile variant of fla's Triton path (FLA_ONE_SHAPE), so
+that a bounded run judges hundreds of cases. `--full-spaces` keeps the declared spaces;
+`--narrow ID=JSON` narrows one run's space further. Every run records the space it drew from in
+full.
 """
 from __future__ import annotations
 
@@ -72,6 +75,15 @@ FLASH_QLA = dict(H_values=[2], group_values=[2], input_dtypes=["bf16"], explicit
 # compiling.
 FLA_ONE_VARIANT = dict(initial_state="always", final_state="always", l2norm="always", fused_gates="off",
                        v_major="off", explicit_scale="off", gate_in_input_dtype="off")
+# One compile variant of fla's Triton chunk path, for runs that judge hundreds of cases instead of
+# compiling: the autotune keys of its kernels are (H, HV, K, V, BT) and their constexpr flags
+# (chunk_delta_h.py, chunk_o.py, wy_fast.py, chunk_fwd.py, cumsum.py, solve_tril.py of fla 0.6;
+# T is do_not_specialize everywhere), so one head layout (H = HV = 2) with FLA_ONE_VARIANT's
+# flags and K = V = 128 is one key per kernel. The lengths are whole chunks (multiples of 64), so
+# that no integer argument derived from T changes Triton's ==1 / %16 specialisation either; the
+# edge lengths (1, C-1, C+1) stay in the unpinned run's space. Compiled once in the warm-up.
+FLA_ONE_SHAPE = dict(H_values=[2], group_values=[1], length_values=[64, 128, 192, 256], min_sequences=1,
+                     max_sequences=4, max_tokens=1024)
 
 # id, lane, adapter module, kernel (a Kernel of the module, or a factory taking device=),
 # narrowing of the kernel's space, weight in its lane's time budget. compile_only: a warm-up
@@ -83,6 +95,9 @@ RUNS = [
          narrow=dict(COMPILED_HEADS, input_dtypes=["bf16"], **K128, **FLA_ONE_VARIANT), weight=1.0),
     dict(id="fla.chunk.triton.f32", lane="gpu", module="fla", kernel="CHUNK_TRITON",
          narrow=dict(COMPILED_HEADS, input_dtypes=["f32"], **K128, **FLA_ONE_VARIANT), weight=1.0),
+    # One compile variant (FLA_ONE_SHAPE): run alone (--only), it judges hundreds of cases.
+    dict(id="fla.chunk.triton.bf16.pinned", lane="gpu", module="fla", kernel="CHUNK_TRITON",
+         narrow=dict(input_dtypes=["bf16"], **K128, **FLA_ONE_VARIANT, **FLA_ONE_SHAPE), weight=1.5),
     dict(id="fla.fused_recurrent", lane="gpu", module="fla", kernel="FUSED_RECURRENT",
          narrow=dict(COMPILED_HEADS, input_dtypes=["f32", "bf16"], K_values=[64, 128], V_values=[64, 128]),
          weight=0.8),
@@ -329,9 +344,10 @@ def worker(args) -> int:
         res["budget"] = gt.budget_describe(base.budget or gt.QUALITY_BUDGET)
         res["design"] = base.design
         space = base.space
-        if not args.full_spaces and run["narrow"]:
-            res["space_narrowed"] = run["narrow"]
-            space = space.replace(**run["narrow"])
+        narrow = run_narrowing(run, args)
+        if narrow:
+            res["space_narrowed"] = narrow
+            space = space.replace(**narrow)
         res["space"] = space.to_json()
         counter = Counter()
         if run["module"] == "fla":
@@ -538,6 +554,7 @@ def driver(args) -> int:
                   settings=dict(cases=args.cases, seconds=args.seconds, total_seconds=args.total_seconds,
                                 seed=args.seed, warmup=args.warmup, max_failures=args.max_failures,
                                 shrink_seconds=args.shrink_seconds, full_spaces=args.full_spaces,
+                                narrow=args.extra_narrow or None,
                                 quality_cases=args.quality_cases,
                                 transformers_device=args.transformers_device, runs=[r["id"] for r in selected]))
     log(f"device: {header['device'].get('gpu')}, torch {header['device'].get('torch')}; "
@@ -626,6 +643,23 @@ def git_commit():
         return None
 
 
+def worker_command(run: dict, args, cap: float) -> list:
+    """The command line of run's worker process: the driver's settings, and its --narrow items."""
+    return [sys.executable, os.path.abspath(__file__), "--worker", run["id"], "--work", args.work,
+            "--cap", f"{cap:.1f}", "--cases", str(args.cases), "--seconds", str(args.seconds), "--seed",
+            str(args.seed), "--warmup", str(args.warmup), "--max-failures", str(args.max_failures),
+            "--shrink-seconds", str(args.shrink_seconds), "--transformers-device", args.transformers_device,
+            "--cpu-threads", str(args.cpu_threads), "--quality-cases", str(args.quality_cases), "--out", args.out] + \
+        (["--full-spaces"] if args.full_spaces else []) + \
+        [f"--narrow={item}" for item in args.narrow if item.partition("=")[0] == run["id"]]
+
+
+def run_narrowing(run: dict, args) -> dict:
+    """The CaseSpace fields run's space is narrowed by: the run's own (none with --full-spaces),
+    then those --narrow gives for it."""
+    return dict({} if args.full_spaces else run["narrow"], **args.extra_narrow.get(run["id"], {}))
+
+
 def start_next(lane: Lane, args) -> None:
     run = lane.queue.pop(0)
     weights = run["weight"] + sum(r["weight"] for r in lane.queue)
@@ -634,11 +668,7 @@ def start_next(lane: Lane, args) -> None:
     run_dir = os.path.join(args.work, run["id"])
     os.makedirs(run_dir, exist_ok=True)
     lane.log = open(os.path.join(run_dir, "log.txt"), "w", encoding="utf-8")
-    command = [sys.executable, os.path.abspath(__file__), "--worker", run["id"], "--work", args.work,
-               "--cap", f"{cap:.1f}", "--cases", str(args.cases), "--seconds", str(args.seconds), "--seed",
-               str(args.seed), "--warmup", str(args.warmup), "--max-failures", str(args.max_failures),
-               "--shrink-seconds", str(args.shrink_seconds), "--transformers-device", args.transformers_device,
-               "--cpu-threads", str(args.cpu_threads), "--quality-cases", str(args.quality_cases), "--out", args.out] + (["--full-spaces"] if args.full_spaces else [])
+    command = worker_command(run, args, cap)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log(f"[{lane.name}] start {run['id']} (cap {cap:.0f} s)")
     lane.proc = subprocess.Popen(command, stdout=lane.log, stderr=subprocess.STDOUT, env=env)
@@ -724,6 +754,9 @@ def parse(argv=None):
                    help="cases on which a kernel with a declared design is also judged against the fp32 baseline "
                         "(a quality figure, not a verdict; at most 15%% of the run's cap; 0: none; default 6)")
     p.add_argument("--full-spaces", action="store_true", help="the adapters' declared spaces, not narrowed")
+    p.add_argument("--narrow", action="append", default=[], metavar="ID=JSON",
+                   help="more narrowing of run ID's space, a JSON object of CaseSpace fields merged over the run's "
+                        "own (e.g. 'fla.chunk.triton.bf16={\"length_values\": [64, 128]}'); repeatable")
     p.add_argument("--transformers-device", default="cpu", help="torch device of the transformers runs")
     p.add_argument("--cpu-threads", type=int, default=4, help="torch threads of a cpu-lane run")
     p.add_argument("--only", nargs="*", choices=RUN_IDS, help="these runs only")
@@ -736,6 +769,26 @@ def parse(argv=None):
     p.add_argument("--worker", choices=RUN_IDS, help=argparse.SUPPRESS)
     p.add_argument("--cap", type=float, default=0.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.extra_narrow = {}
+    for item in args.narrow:
+        run_id, eq, text = item.partition("=")
+        if not eq or run_id not in RUN_IDS:
+            p.error(f"--narrow {item!r}: expected ID=JSON with ID one of {', '.join(RUN_IDS)}")
+        try:
+            fields = json.loads(text)
+        except ValueError as error:
+            p.error(f"--narrow {run_id}: the narrowing is not JSON ({error})")
+        if not isinstance(fields, dict) or not fields:
+            p.error(f"--narrow {run_id}: the narrowing must be a non-empty JSON object of CaseSpace fields")
+        try:
+            import gdn_testbed as gt
+            run = next(r for r in RUNS if r["id"] == run_id)
+            gt.CaseSpace("chunked").replace(**{**run["narrow"], **fields})
+        except ImportError:
+            pass   # checked again where the run starts
+        except Exception as error:   # noqa: BLE001 - a bad field is an argument error, before any work
+            p.error(f"--narrow {run_id}: {type(error).__name__}: {error}")
+        args.extra_narrow.setdefault(run_id, {}).update(fields)
     for name in ("cases", "warmup", "max_failures", "cpu_threads", "quality_cases"):
         if getattr(args, name) < (0 if name in ("warmup", "quality_cases") else 1):
             p.error(f"--{name.replace('_', '-')} must be at least {0 if name in ('warmup', 'quality_cases') else 1}")

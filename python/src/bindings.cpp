@@ -158,7 +158,7 @@ py::dict inputs_to_py(const Problem& p, const Inputs& in) {
   auto put = [&](const char* name, const HostTensor<double>& t) {
     if (t.defined()) d[name] = to_numpy(t);
   };
-  put("g", in.g);
+  put(p.decay_name(), in.g);  // "alpha" with linear gates
   put("beta", in.beta);
   put("a", in.a);
   put("b", in.b);
@@ -174,8 +174,9 @@ py::dict inputs_to_py(const Problem& p, const Inputs& in) {
 // The storage dtype of each input (the case-file format's: docs/case_files.md).
 DType input_storage_dtype(const Problem& p, const std::string& name) {
   if (name == "q" || name == "k" || name == "v") return p.input_dtype;
-  if (name == "g" || name == "beta" || name == "a" || name == "b") return p.gate_dtype;
-  return DType::f32;  // A_log, dt_bias, h0
+  if (name == "g" || name == "alpha" || name == "beta" || name == "a" || name == "b") return p.gate_dtype;
+  if (name == "h0") return p.state_dtype;
+  return DType::f32;  // A_log, dt_bias
 }
 
 // Validates against the problem (shapes, finiteness, indices: gdn::validate) and checks that
@@ -204,10 +205,17 @@ Inputs inputs_from_py(const Problem& p, const py::handle& object) {
       }
       continue;
     }
+    // The direct decay is "g", or "alpha" with linear gates: the other name is refused, so a
+    // log-space g is never read as alpha (or the reverse).
+    if ((key == "g" || key == "alpha") && key != p.decay_name())
+      throw ProblemError(key, std::string("this problem's decay tensor is '") + p.decay_name() + "' (gate_space " +
+                                  gate_space_name(p.gate_space) + ", gate_mode " +
+                                  (p.gate_mode == GateMode::direct ? "direct" : "fused") + ")");
     HostTensor<double>* slot = key == "q"         ? &in.q
                                : key == "k"       ? &in.k
                                : key == "v"       ? &in.v
                                : key == "g"       ? &in.g
+                               : key == "alpha"   ? &in.g
                                : key == "beta"    ? &in.beta
                                : key == "a"       ? &in.a
                                : key == "b"       ? &in.b
@@ -217,7 +225,7 @@ Inputs inputs_from_py(const Problem& p, const py::handle& object) {
                                                   : nullptr;
     if (slot == nullptr)
       value_error("inputs: unknown tensor '" + key +
-                  "' (expected q, k, v, g, beta, a, b, A_log, dt_bias, h0, state_indices, cu_seqlens)");
+                  "' (expected q, k, v, g or alpha, beta, a, b, A_log, dt_bias, h0, state_indices, cu_seqlens)");
     *slot = tensor_from(key, item.second);
   }
   validate(p, in);
@@ -233,11 +241,12 @@ Inputs inputs_from_py(const Problem& p, const py::handle& object) {
                                   : n == "A_log" ? in.A_log
                                   : n == "dt_bias" ? in.dt_bias
                                                    : in.h0;
-    const DType dtype = input_storage_dtype(p, n);
+    const std::string shown = n == "g" ? std::string(p.decay_name()) : n;
+    const DType dtype = input_storage_dtype(p, shown);
     for (std::int64_t i = 0; i < t.numel(); ++i) {
       const double x = t[i];
       if (std::isfinite(x) && reference::round_to(dtype, x) != x)
-        throw ProblemError(n, std::string("must hold values exactly representable in ") + dtype_name(dtype) +
+        throw ProblemError(shown, std::string("must hold values exactly representable in ") + dtype_name(dtype) +
                                   " (its storage dtype); element " + index_string(t.shape(), i) + " is " +
                                   std::to_string(x) + " (round it first: gdn_testbed.round_to)");
     }
@@ -614,6 +623,16 @@ PYBIND11_MODULE(_core, m) {
           "gate_dtype", [](const Problem& p) { return std::string(dtype_name(p.gate_dtype)); },
           [](Problem& p, const std::string& s) { p.gate_dtype = dtype_of(s, "gate_dtype"); })
       .def_property(
+          "state_dtype", [](const Problem& p) { return std::string(dtype_name(p.state_dtype)); },
+          [](Problem& p, const std::string& s) { p.state_dtype = dtype_of(s, "state_dtype"); })
+      .def_property(
+          "gate_space", [](const Problem& p) { return std::string(gate_space_name(p.gate_space)); },
+          [](Problem& p, const std::string& s) {
+            if (!parse_gate_space(s, &p.gate_space)) value_error("gate_space must be 'log' or 'linear', got '" + s + "'");
+          })
+      .def_property_readonly("decay_name", &Problem::decay_name,
+                             "The direct decay tensor's name: 'g', or 'alpha' with linear gates.")
+      .def_property(
           "gate_mode", [](const Problem& p) { return std::string(p.gate_mode == GateMode::fused ? "fused" : "direct"); },
           [](Problem& p, const std::string& s) {
             if (s == "direct") p.gate_mode = GateMode::direct;
@@ -701,7 +720,8 @@ PYBIND11_MODULE(_core, m) {
     else if (rounding == "split_state") r = reference::OperandRounding::split_state;
     else if (rounding == "split_state_pv") r = reference::OperandRounding::split_state_pv;
     else if (rounding == "s0_once") r = reference::OperandRounding::s0_once;
-    else value_error("rounding must be split, single, split_state, split_state_pv or s0_once, got '" + rounding + "'");
+    else if (rounding == "single_qk") r = reference::OperandRounding::single_qk;
+    else value_error("rounding must be split, single, split_state, split_state_pv, s0_once or single_qk, got '" + rounding + "'");
     return outputs_to_py(reference::emulate_operands(p, inputs_from_py(p, inputs), r));
   });
 

@@ -39,9 +39,12 @@ def test_design_needs_its_budget_and_a_chunked_formulation():
 
 def test_adapters_declare_their_designs():
     from gdn_testbed.adapters import fla, flash_qla, transformers, vllm
+    # fla (both backends) and FlashQLA store the normalised q, k in the input dtype (reports/peers.md).
     for k in (fla.CHUNK_TRITON, fla.CHUNK_FLASH_QLA, fla.CHUNK_AUTO, flash_qla.CHUNK, flash_qla.CHUNK_NO_CP,
               vllm.chunk()):
-        assert k.budget == gt.budget_describe(gt.OPERANDS_SINGLE) and "input dtype" in k.design, k
+        assert k.budget == gt.budget_describe(gt.OPERANDS_SINGLE_QK) and "normalised q, k stored" in k.design, k
+        assert k.precision.normalized_qk == "input", k
+    assert fla.CHUNK_TRITON.precision.tf32 and "TF32" in fla.CHUNK_TRITON.design
     for k in (fla.FUSED_RECURRENT, transformers.chunk(), transformers.recurrent(), vllm.recurrent()):
         assert k.budget is None and k.design is None, k
 
@@ -55,6 +58,44 @@ def test_design_passes_its_budget_and_misses_the_fp32_baseline(tmp_path):
     assert plain.failed >= 1 and plain.failures[0].verdict.worst_check["tensor"] == "hT", str(plain)
 
 
+def test_design_vocabulary():
+    """gt.Design picks the budget of the design it names and refuses what the model cannot state."""
+    assert gt.Design().budget == gt.OPERANDS_SINGLE
+    assert gt.Design(normalized_qk="input").budget == gt.OPERANDS_SINGLE_QK
+    assert gt.budget_describe(gt.OPERANDS_SINGLE_QK) == "calibrated(state_unit=input,baseline=operands_single_qk)"
+    with pytest.raises(ValueError, match="normalized_qk"):
+        gt.Design(normalized_qk="bf16")
+    with pytest.raises(ValueError, match="operands"):
+        gt.Design(operands="fp32")
+    with pytest.raises(ValueError, match="chunks of 64"):
+        gt.Design(chunk_size=32)
+    with pytest.raises(ValueError, match="chunked form at C = 64"):
+        gt.Kernel(operand_model, formulation="sequential", design=gt.Design())
+    k = gt.Kernel(operand_model, formulation="chunked", design=gt.Design(normalized_qk="input", notes="a note"))
+    assert k.budget == gt.budget_describe(gt.OPERANDS_SINGLE_QK) and k.design.endswith("a note")
+    assert isinstance(k.precision, gt.Design)
+    # An explicit budget beside a Design wins (the quality figure, for example).
+    assert gt.Kernel(operand_model, formulation="chunked", design=gt.Design(), budget="calibrated").budget == "calibrated"
+
+
+def test_single_qk_rounds_the_normalised_q_k_and_nothing_else():
+    """emulate_operands(single_qk) is single on cases without l2norm and differs on bf16 l2norm
+    cases by the rounding of the normalised q, k."""
+    import numpy as np
+    space = SPACE.replace(max_K=32, max_V=32)
+    differ = 0
+    for case in space.cases(40, seed=11):
+        p = case.problem
+        if planted_kernels.supports(p) is not None:
+            continue
+        a, b = gt.emulate_operands(p, case.inputs, "single"), gt.emulate_operands(p, case.inputs, "single_qk")
+        same = all(np.array_equal(a[t], b[t]) for t in ("o", "hT"))
+        if not p.use_qk_l2norm:
+            assert same, p.describe()
+        differ += not same
+    assert differ >= 3, differ
+
+
 def test_design_budget_still_catches_a_bug(tmp_path):
     """A dropped decay at the chunk boundary FAILs the design's budget: the design model does
     not loosen the budget past a bug."""
@@ -62,6 +103,12 @@ def test_design_budget_still_catches_a_bug(tmp_path):
     result = gt.check(k, cases=300, out=tmp_path)
     assert result.failed == 1, str(result)
     assert "operands single" in result.failures[0].verdict.worst_check["basis"], result.failures[0].describe()
+    qk = gt.Kernel(planted_kernels.dropped_decay, name="tests.dropped_decay_qk", formulation="chunked",
+                   supports=planted_kernels.supports, space=SPACE.replace(l2norm="always"),
+                   design=gt.Design(normalized_qk="input"))
+    result = gt.check(qk, cases=300, out=tmp_path / "qk")
+    assert result.failed == 1, str(result)
+    assert "q k stored" in result.failures[0].verdict.worst_check["basis"], result.failures[0].describe()
 
 
 def test_gpu_driver_quality_figure():

@@ -8,6 +8,8 @@ shrunk cases below it.
 """
 from __future__ import annotations
 
+from .peer_findings import FINDINGS
+
 
 def _g(x) -> str:
     if x is None:
@@ -25,7 +27,9 @@ def build(results, command: str, generated: str) -> str:
              f"Generated {generated} by `{command}` from the committed results. Each kernel runs in-process "
              "through its adapter (`python/gdn_testbed/adapters/`) on its pinned case space and is judged against "
              "the exact reference; a kernel that declares a precision design (intermediates stored in the input "
-             "dtype) is judged by that design's emulation (`calibrated(state_unit=input,baseline=operands_single)`), "
+             "dtype) is judged by that design's emulation (`calibrated(state_unit=input,baseline=operands_single)`, "
+             "or `baseline=operands_single_qk` where the normalised q, k are stored too; the table's budget column "
+             "says which judged each run), "
              "and its accuracy against the fp32 baseline is a quality figure, not a verdict (docs/python.md, "
              "\"Precision designs\"). Shrunk failures are case files under `results/<kind>/python/failures/`.", ""]
     if not results.adapter_runs and not results.backward_runs:
@@ -81,4 +85,9 @@ def build(results, command: str, generated: str) -> str:
             for f in (s.get("failures") or [])[:2]:
                 notes.append(f"- `{s['subject']}`: shrunk to `{f.get('shrunk')}`: {f.get('summary', '')[:300]}")
         lines += [""] + (notes or ["No failures."]) + [""]
+    # The explanation of the FAILs (peer_findings.py) goes with the results it explains.
+    explained = {"flash_qla.chunk", "fla.chunk.flash_qla", "fla.fused_recurrent", "fla.chunk.triton.f32"}
+    if any(r.get("id") in explained and r.get("verdict") == "FAIL"
+           for run in results.adapter_runs for r in run.get("table", [])):
+        lines += [FINDINGS.strip(), ""]
     return "\n".join(lines)

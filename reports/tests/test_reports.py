@@ -483,3 +483,22 @@ def test_adapter_and_backward_verdicts_make_peers_md(tmp_path):
     (results / "b.json").write_text(json.dumps(back))
     broken = make_reports(tmp_path / "results", tmp_path / "out2")
     assert broken.returncode == 2 and "b.json" in broken.stderr, broken.stderr
+
+
+def test_peers_md_explains_the_fails_it_shows(tmp_path):
+    """peers.md carries "What the FAILs mean" (gdn_reports/peer_findings.py) when the runs it
+    explains FAIL in the results, and not otherwise."""
+    results = tmp_path / "results" / "h100" / "python"
+    results.mkdir(parents=True)
+    run = {"format": "gdn-adapter-verdicts/1", "created": "2026-12-06", "commit": "abc1234", "command": "x",
+           "device": {"nvidia_smi": "H100"}, "runs": [],
+           "table": [{"id": "flash_qla.chunk", "status": "DONE", "verdict": "FAIL", "judged": 435, "failed": 1,
+                      "errors": 0, "skipped": 0, "worst_margin": 2.09, "budget": "calibrated"}]}
+    (results / "a.json").write_text(json.dumps(run))
+    assert make_reports(tmp_path / "results", tmp_path / "out").returncode == 0
+    text = (tmp_path / "out" / "peers.md").read_text()
+    assert "## What the FAILs mean: bug or design" in text and "operands_single_qk" in text
+    run["table"][0]["verdict"] = "PASS"
+    (results / "a.json").write_text(json.dumps(run))
+    assert make_reports(tmp_path / "results", tmp_path / "out2").returncode == 0
+    assert "What the FAILs mean" not in (tmp_path / "out2" / "peers.md").read_text()

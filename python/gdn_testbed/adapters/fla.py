@@ -25,22 +25,32 @@ the FlashQLA path applies.
 
 Precision design of the chunk function (both backends; docs/python.md, "Precision designs"):
 the chunk states h, W, U and v_new are stored in the input dtype (bf16/fp16) and are the
-operands of the next tensor-core products, with fp32 accumulation; the normalised q, k are
-stored in the input dtype too. Such a kernel is judged by OPERANDS_SINGLE (the chunked form with
-each computed operand rounded once to the input dtype); under the fp32 baseline its hT misses
+operands of the next tensor-core products, with fp32 accumulation; with use_qk_l2norm_in_kernel
+the normalised q, k are computed in a pass of their own and stored in the input dtype
+(fla/modules/norm/l2norm.py, l2norm_fwd_kernel: b_y = b_x * b_rstd, stored as y's dtype, the
+input's; FlashQLA: flash_qla/utils/math.py, (x * rstd).to(x.dtype)) and those stored vectors are
+the operands of every q and k product. Such a kernel is judged by OPERANDS_SINGLE_QK (the chunked
+form with each computed operand and the normalised q, k rounded once to the input dtype): where
+q . k cancels, the stored q, k are most of o's error (the one-token FAILs of the H100 runs under
+OPERANDS_SINGLE, reproduced bit for bit: reports/peers.md). Under the fp32 baseline its hT misses
 by three to four orders of magnitude by design. For fp32 inputs that baseline is the plain fp32
-emulation: Triton's tl.dot defaults to TF32 for fp32 operands, and fla's chunk kernels (apart
-from solve_tril, whose precision is FLA_TRIL_PRECISION, ieee by default) are taken to use that
-default (not verified kernel by kernel for fla 0.6); TF32 is not modelled, so that gap shows as
-a FAIL of the fp32 cases, which the design string names. fused_recurrent keeps its state in
-fp32 registers: the default budget.
+emulation, while fla 0.6's chunk kernels take fp32 operands through TF32: the fused kkt +
+solve_tril asks for 'tf32' wherever TF32 exists (chunk_fwd.py, SOLVE_TRIL_DOT_PRECISION), the
+state and output kernels (common/chunk_delta_h.py, chunk_o.py) keep tl.dot's TF32 default, and
+only U = A (beta v) asks for IEEE (wy_fast.py, allow_tf32=False). TF32 is not modelled, so that
+gap shows as a FAIL of the fp32 cases, which the design string names. fused_recurrent keeps its state in
+fp32 registers: the default budget. Its fused gates compute softplus as ln2 * lg2.approx(1 +
+ex2.approx(x log2 e)) (fla/ops/utils/softplus.py), not log1p(exp(x)): for a + dt_bias well below
+0 g carries an absolute error of about exp(A_log) * 1e-7, which fails fp32 cases by small margins.
+That is a finding about the kernel (reports/peers.md, "What the FAILs mean"), not a design the
+budget should absorb.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 
-from ..kernel import OPERANDS_SINGLE, Kernel
+from ..kernel import Design, Kernel
 from ..space import CaseSpace
 from . import cuda_available, has_module, package_versions, reasons
 
@@ -100,9 +110,9 @@ def _flash_qla_env(value: "str | None"):
                 os.environ["FLA_FLASH_QLA"] = old
 
 
-CHUNK_DESIGN = ("chunk states h, W, U, v_new and the normalised q, k stored in the input dtype (bf16/fp16) and "
-                "used as tensor-core operands, fp32 accumulation; for fp32 inputs Triton's default TF32 dots "
-                "(not modelled by the budget: an fp32 FAIL may be that design)")
+# The chunk function's precision design (both backends; the module's docstring).
+CHUNK_PRECISION = Design(normalized_qk="input", tf32=True)
+CHUNK_DESIGN = CHUNK_PRECISION.describe()
 
 
 def call(function, problem, x: dict, *, chunk: bool):
@@ -162,7 +172,7 @@ def chunk(backend: str = "triton", device=None) -> Kernel:
 
     return Kernel(run, name=f"fla.chunk_gated_delta_rule[{backend}]", formulation="chunked", chunk_size=64,
                   arrays="torch", device=device, supports=_supports("chunk", backend),
-                  budget=OPERANDS_SINGLE, design=CHUNK_DESIGN,
+                  design=CHUNK_PRECISION,
                   space=SPACE_CHUNK_FLASH_QLA if backend == "flash_qla" else SPACE_CHUNK,
                   replay=f"gdn_testbed.adapters.fla:CHUNK_{backend.upper()}")
 

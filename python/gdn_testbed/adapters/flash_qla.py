@@ -9,15 +9,25 @@ o [B, T, HV, V] in q's dtype. It asserts bf16 or fp16 q, k, v; the chunk size is
 and SM100 (32 on SM120). Gates are direct only (no in-kernel softplus); no state cache, no
 per-token states. auto_cp (intra-card context parallelism, on by default) is an argument here.
 
-Precision design (docs/python.md, "Precision designs"): as fla's chunk kernels, the chunk states
-and the computed tensor-core operands (W, U, v_new) are kept in the input dtype (bf16/fp16) with
-fp32 accumulation, so the kernel is judged by OPERANDS_SINGLE (the chunked form at C = 64 with
-every computed operand rounded once to the input dtype) and its accuracy against the fp32
-baseline is a quality figure. (On SM120 FlashQLA chunks by 32, which that model does not cover.)
+Precision design (docs/python.md, "Precision designs"), read from flash_qla 0.1.3's Hopper path
+(ops/gated_delta_rule/chunk/__init__.py, hopper/kkt_solve.py, hopper/fused_fwd.py): with
+use_qk_l2norm_in_kernel, q and k are normalised first (utils/math.py l2norm_fwd: rstd in fp32,
+(x * rstd).to(x.dtype)) and the stored bf16/fp16 vectors are the operands of every product; the
+gates' chunk-local cumsum is in g's dtype (fp32 here); kkt_solve stores (I + diag(beta)
+StrictLower(K K^T))^-1, without gates, in the input dtype; the fused kernel keeps the state in
+fp32 registers and feeds it to the products as a copy in the input dtype (h_shared), rounds
+W = V - exp(g) K S, the operand G * A * beta (the gates and beta applied to the stored inverse),
+Vd = (G A beta) W, the decayed v_new and the scaled, gated Q K^T to the input dtype, accumulates
+in fp32 and stores o in the input dtype and the final state in fp32. So it is judged by
+OPERANDS_SINGLE_QK (the chunked form at C = 64 with every computed operand and the normalised q, k
+rounded once to the input dtype); it differs from that model only in where beta is applied
+(inside the A operand, rounded twice, rather than in X) and in the order of its fp32 sums. Its
+accuracy against the fp32 baseline is a quality figure. (On SM120 FlashQLA chunks by 32, which
+that model does not cover.)
 """
 from __future__ import annotations
 
-from ..kernel import OPERANDS_SINGLE, Kernel
+from ..kernel import Design, Kernel
 from ..space import CaseSpace
 from . import cuda_available, has_module, package_versions, reasons
 
@@ -48,8 +58,9 @@ def supports(problem):
     )
 
 
-DESIGN = ("chunk states h, W, U, v_new stored in the input dtype (bf16/fp16) and used as tensor-core operands, "
-          "fp32 accumulation")
+PRECISION = Design(normalized_qk="input", notes="beta applied inside the stored inverse (G * A * beta), not modelled "
+                                                 "separately")
+DESIGN = PRECISION.describe()
 
 
 def chunk(auto_cp: bool = True, device=None) -> Kernel:
@@ -69,7 +80,7 @@ def chunk(auto_cp: bool = True, device=None) -> Kernel:
 
     return Kernel(run, name="flash_qla.chunk_gated_delta_rule" + ("" if auto_cp else "[auto_cp=False]"),
                   formulation="chunked", chunk_size=64, arrays="torch", device=device, supports=supports, space=SPACE,
-                  budget=OPERANDS_SINGLE, design=DESIGN,
+                  design=PRECISION,
                   replay="gdn_testbed.adapters.flash_qla:CHUNK" + ("" if auto_cp else "_NO_CP"))
 
 
