@@ -13,11 +13,19 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck and synccheck on the whole suite
 #             at --sanitize-cases cases -> sanitize.json, sanitize.log
 #   bench     the Google Benchmark binaries, each alone on the GPU -> bench_<family>.json
+#             (recurrent, decode, chunked, backward)
 #   peers     other libraries' kernels at the same shapes (wheels from --wheels) -> peer_*.json
+#   backward_peers  fla's (Triton) and FlashQLA's backward under autograd at the backward
+#             benchmark's shapes, with their run-to-run bit differences (site from --site)
+#             -> peer_backward_fla_triton.json, peer_backward_flash_qla.json
 #   accuracy  the chunked prefill beside fla on the same inputs -> accuracy_chunked.json
 #   campaign  the CLI as a user runs it: `conformance` with every kernel, a `fuzz` campaign of the
 #             kernels, fla's functions generated / adapted / verified -> campaign/
 # --fuzz-seconds, --campaign-plan   the campaign's fuzz time (150) and case plan (fla: make_cases.py)
+# --only      restrict suite, sanitize and bench to these kernel families (comma-separated of
+#             recurrent, decode, decode_streamed, chunked, single, backward; default all)
+# --site      a packed site folder (python/gpu/pack_site.sh's site.tar.xz: fla, flash-qla and
+#             their dependencies) put on PYTHONPATH for backward_peers
 # --out       where the archive and the logs go (default $OUT, else /tmp/out)
 #
 # What comes back: results-<kind>.tar.xz (the result set, to unpack into reports/results/) and
@@ -28,7 +36,7 @@ set -u -o pipefail
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 BIN="" PHASES="" CASES=1000 SAN_CASES=4 SEED=20261202 COMMIT=unknown WHEELS=.whl OUTDIR=${OUT:-/tmp/out}
-FUZZ_SECONDS=150 CAMPAIGN_PLAN=fla
+FUZZ_SECONDS=150 CAMPAIGN_PLAN=fla SITE="" ONLY=""
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -40,6 +48,8 @@ while [ $# -gt 0 ]; do
     --wheels) WHEELS=$2; shift 2 ;;
     --fuzz-seconds) FUZZ_SECONDS=$2; shift 2 ;;
     --campaign-plan) CAMPAIGN_PLAN=$2; shift 2 ;;
+    --site) SITE=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
     --out) OUTDIR=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "gpu_run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -48,9 +58,10 @@ done
 [ -n "$BIN" ] || { echo "gpu_run.sh: --bin is required" >&2; exit 2; }
 [ -n "$PHASES" ] || { echo "gpu_run.sh: --phases is required" >&2; exit 2; }
 for p in ${PHASES//,/ }; do
-  case $p in suite|sanitize|bench|peers|accuracy|campaign) ;; *) echo "gpu_run.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+  case $p in suite|sanitize|bench|peers|backward_peers|accuracy|campaign) ;; *) echo "gpu_run.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
+wanted() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 REPO=$(pwd)
 mkdir -p "$OUTDIR"
@@ -70,7 +81,7 @@ LOG=$OUTDIR/run.log
 : > "$LOG"
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
 log "device: $GPU (driver $DRIVER) -> results/$KIND; commit $COMMIT; phases $PHASES"
-CMDLINE="bash scripts/gpu_run.sh --phases $PHASES --cases $CASES --sanitize-cases $SAN_CASES --seed $SEED"
+CMDLINE="bash scripts/gpu_run.sh --phases $PHASES --cases $CASES --sanitize-cases $SAN_CASES --seed $SEED${ONLY:+ --only $ONLY}"
 # Provenance every tool records (benchmarks as context, tests and peers in their JSON).
 CONTEXT=(--context "device=$GPU" --context "driver=$DRIVER" --context "date=$DATE" --context "commit=$COMMIT"
          --context "command=$CMDLINE")
@@ -105,6 +116,21 @@ if (has peers || has accuracy) && (has suite || has sanitize); then
   warm_up &
   WARM=$!
 fi
+# The backward's peers come as one packed site folder (fla, FlashQLA, TileLang): Triton and
+# TileLang compile their backward kernels on first use, so they warm up beside the suite too.
+BACKWARDS="fla_triton flash_qla"
+WARM_BACKWARD=""
+if has backward_peers; then
+  [ -f "$SITE" ] || { log "backward_peers: --site is required"; exit 2; }
+  mkdir -p /tmp/bsite && tar -C /tmp/bsite -xJf "$SITE" || exit 3
+  if has suite || has sanitize; then
+    log "backward_peers: warm-up in the background"
+    ( for b in $BACKWARDS; do
+        PYTHONPATH=/tmp/bsite PYTHONUNBUFFERED=1 timeout 280 python3 cuda/peers/backward_peers.py --backend $b --warmup
+      done > /tmp/warm_backward.log 2>&1 ) &
+    WARM_BACKWARD=$!
+  fi
+fi
 
 # The suite and the four sanitizers are correctness runs, CPU-bound on the references: they run
 # side by side (16 cores there), each under its own timeout.
@@ -112,8 +138,10 @@ SUITE_PIDS=()
 # Ten processes, a kernel family's conformance and the rest of its properties apart (the
 # references are single-threaded); their tallies are merged.
 SUITE_PARTS=()
-for family in "[recurrent]" "[decode]" "[decode_streamed]" "[chunked]~[single]" "[single]"; do
-  SUITE_PARTS+=("$family[conformance]" "$family~[conformance]")
+for family in recurrent decode decode_streamed chunked single backward; do
+  wanted $family || continue
+  tag="[$family]"; [ $family = chunked ] && tag="[chunked]~[single]"
+  SUITE_PARTS+=("$tag[conformance]" "$tag~[conformance]")
 done
 if has suite; then
   log "suite: cuda_gpu_tests, $CASES cases, ${#SUITE_PARTS[@]} processes"
@@ -131,13 +159,14 @@ if has sanitize; then
   # chunked kernel's paths (trace, split, transposed tile, invariance, single mode) at fewer
   # cases (its instances are large under racecheck).
   SAN_FILTERS=("~[chunked]~[properties]" "[trace],[split],[transposed],[chunked][invariance],[single][conformance]")
+  [ -n "$ONLY" ] && SAN_FILTERS=("$(for f in ${ONLY//,/ }; do printf '[%s],' "$f"; done | sed 's/,$//')")
   SAN_COUNTS=("$SAN_CASES" "$(( SAN_CASES > 2 ? SAN_CASES / 2 : 1 ))")
   for tool in $TOOLS; do
     log "sanitize: $tool"
     extra=""
     [ $tool = racecheck ] && extra="--racecheck-report hazard"
     ( worst=0
-      for i in 0 1; do
+      for i in "${!SAN_FILTERS[@]}"; do
         echo "---- $tool ${SAN_FILTERS[$i]} (--cases ${SAN_COUNTS[$i]})"
         timeout 270 "$CS" --tool $tool $extra --error-exitcode 9 "$BIN/cuda_gpu_tests" --cases "${SAN_COUNTS[$i]}" \
           --seed "$SEED" -r compact "${SAN_FILTERS[$i]}" 2>&1
@@ -200,7 +229,7 @@ if has sanitize; then
     grep -E "SUMMARY|exit" /tmp/san_$tool.log | tee -a "$LOG"
   done
   python3 reports/collect_sanitize.py --out "$SET/sanitize.json" --device "$GPU" --commit "$COMMIT" \
-    --command "$CMDLINE" --filter "${SAN_FILTERS[0]} (${SAN_COUNTS[0]} cases); ${SAN_FILTERS[1]} (${SAN_COUNTS[1]} cases)" \
+    --command "$CMDLINE" --filter "$(for i in "${!SAN_FILTERS[@]}"; do printf '%s (%s cases); ' "${SAN_FILTERS[$i]}" "${SAN_COUNTS[$i]}"; done)" \
     memcheck=/tmp/san_memcheck.log:$(rc_of memcheck) racecheck=/tmp/san_racecheck.log:$(rc_of racecheck) \
     initcheck=/tmp/san_initcheck.log:$(rc_of initcheck) synccheck=/tmp/san_synccheck.log:$(rc_of synccheck) \
     2>&1 | tee -a "$LOG"
@@ -212,9 +241,16 @@ if [ -n "$WARM" ]; then
   wait $WARM
   tail -3 /tmp/warm_chunk.log 2>/dev/null | tee -a "$LOG"
 fi
+if [ -n "$WARM_BACKWARD" ]; then
+  log "waiting for the backward peers' warm-up"
+  wait $WARM_BACKWARD
+  tail -4 /tmp/warm_backward.log 2>/dev/null | tee -a "$LOG"
+fi
 
 if has bench; then
-  for family in decode recurrent chunked; do
+  for family in decode recurrent chunked backward; do
+    wanted $family || continue
+    [ -x "$BIN/cuda_${family}_bench" ] || { log "bench: $family not in the binaries"; continue; }
     log "bench: $family"
     limit=200; [ $family = decode ] && limit=300
     timeout $limit "$BIN/cuda_${family}_bench" --benchmark_out="$SET/bench_$family.json" --benchmark_out_format=json \
@@ -237,6 +273,16 @@ if has peers; then
     log "peers: $peer"
     PYTHONUNBUFFERED=1 timeout 200 python3 cuda/peers/$peer.py --out "$SET/peer_$peer.json" --commit "$COMMIT" \
       --command "$CMDLINE" 2>&1 | grep -vE "Warning|warn" | tail -15 | tee -a "$LOG"
+    pack_results
+  done
+fi
+
+if has backward_peers; then
+  for b in $BACKWARDS; do
+    log "backward_peers: $b"
+    PYTHONPATH=/tmp/bsite PYTHONUNBUFFERED=1 timeout 200 python3 cuda/peers/backward_peers.py --backend $b \
+      --out "$SET/peer_backward_$b.json" --commit "$COMMIT" --command "$CMDLINE" 2>&1 | grep -vE "Warning|warn" \
+      | tail -8 | tee -a "$LOG"
     pack_results
   done
 fi

@@ -17,7 +17,7 @@ usage() { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 [ $# -eq 2 ] || [ $# -eq 3 ] || usage
 BUILD=$1
 OUT=$2
-FILES="cuda/cuda_gpu_tests cuda/cuda_chunked_accuracy cuda/cuda_recurrent_bench cuda/cuda_decode_bench cuda/cuda_chunked_bench cli/gdn-testbed"
+FILES="cuda/cuda_gpu_tests cuda/cuda_chunked_accuracy cuda/cuda_recurrent_bench cuda/cuda_decode_bench cuda/cuda_chunked_bench cuda/cuda_backward_bench cli/gdn-testbed"
 if [ $# -eq 3 ]; then
   [ "$3" = --testbed-only ] || usage
   FILES="cuda/cuda_gpu_tests cli/gdn-testbed"

@@ -18,6 +18,7 @@ namespace {
 
 using detail::element_type;
 using detail::fail;
+using detail::unsupported_storage;
 using detail::str;
 using detail::ChunkedParams;
 using detail::ElementType;
@@ -26,6 +27,7 @@ using detail::ElementType;
 std::pair<std::string, std::string> unsupported(const Problem& p) {
   const std::string fallback = " (recurrent_prefill supports it)";
   if (p.input_dtype == DType::f64) return {"input_dtype", "must be f32, bf16 or f16 for the CUDA kernels, got f64"};
+  if (auto rule = unsupported_storage(p); !rule.first.empty()) return rule;
   if (p.K % 16 != 0 || p.K > 128)
     return {"K", "must be a multiple of 16 in [16, 128] for the chunked prefill, got " + str(p.K) + fallback};
   if (p.V % 16 != 0 || p.V > 256)

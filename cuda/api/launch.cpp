@@ -16,20 +16,14 @@ namespace {
 
 using detail::element_type;
 using detail::fail;
+using detail::unsupported_storage;
 using detail::str;
 using detail::ElementType;
 using detail::RecurrentParams;
 
 constexpr int kMaxHeadDim = 256;
 
-// One buffer the launch touches: name, address, bytes, whether the launch writes it.
-struct Buffer {
-  const char* name;
-  const void* pointer;
-  std::int64_t bytes;
-  bool written;
-  std::size_t alignment;
-};
+using detail::Buffer;
 
 // The buffers a problem uses, with their sizes; unused ones carry bytes = -1.
 std::vector<Buffer> buffers_of(const Problem& p, const DeviceTensors& t, bool decode) {
@@ -69,6 +63,7 @@ void validate_common(const Problem& p, const DeviceTensors& t, bool decode) {
   p.validate();
   if (p.input_dtype == DType::f64)
     fail("input_dtype", "must be f32, bf16 or f16 for the CUDA kernels, got f64");
+  if (const auto rule = unsupported_storage(p); !rule.first.empty()) fail(rule.first, rule.second);
   if (p.K > kMaxHeadDim) fail("K", "must be <= 256 for the CUDA kernels, got " + str(p.K));
   if (p.V > kMaxHeadDim) fail("V", "must be <= 256 for the CUDA kernels, got " + str(p.V));
   if (p.N() > (1 << 30)) fail("cu_seqlens", "must describe at most 2^30 sequences");
@@ -85,31 +80,13 @@ void validate_common(const Problem& p, const DeviceTensors& t, bool decode) {
   if (t.host_state_indices != nullptr && !p.uses_state_cache())
     fail("host_state_indices", "given but the problem has no state cache (state_slots = 0)");
 
-  const std::vector<Buffer> buffers = buffers_of(p, t, decode);
-  for (const Buffer& b : buffers) {
-    if (b.bytes < 0) {
-      if (b.pointer != nullptr)
-        fail(b.name, "must be null: this problem does not use it (" + p.describe() + ")");
-      continue;
-    }
-    if (b.bytes > 0 && b.pointer == nullptr)
-      fail(b.name, "is required by this problem but is null (" + str(b.bytes) + " bytes)");
-    if (b.pointer != nullptr && reinterpret_cast<std::uintptr_t>(b.pointer) % b.alignment != 0)
-      fail(b.name, "must be " + str(std::int64_t(b.alignment)) + "-byte aligned (the kernels use vector accesses)");
-  }
   // Outputs overlap nothing else (dense in-place h0 == hT excepted).
-  for (std::size_t x = 0; x < buffers.size(); ++x) {
-    const Buffer& w = buffers[x];
-    if (!w.written || w.bytes <= 0 || w.pointer == nullptr) continue;
-    for (std::size_t y = 0; y < buffers.size(); ++y) {
-      const Buffer& r = buffers[y];
-      if (x == y || r.bytes <= 0 || r.pointer == nullptr) continue;
-      if (std::string(w.name) == "hT" && std::string(r.name) == "h0" && w.pointer == r.pointer) continue;
-      const auto wb = reinterpret_cast<std::uintptr_t>(w.pointer), rb = reinterpret_cast<std::uintptr_t>(r.pointer);
-      if (wb < rb + std::uintptr_t(r.bytes) && rb < wb + std::uintptr_t(w.bytes))
-        fail(w.name, std::string("must not overlap '") + r.name + "' (outputs alias nothing but h0 == hT)");
-    }
-  }
+  detail::check_buffers(
+      p, buffers_of(p, t, decode),
+      [](const Buffer& w, const Buffer& r) {
+        return std::string(w.name) == "hT" && std::string(r.name) == "h0" && w.pointer == r.pointer;
+      },
+      " (outputs alias nothing but h0 == hT)");
 
   if (t.host_state_indices != nullptr) {
     std::vector<int> seen(static_cast<std::size_t>(p.state_slots), -1);
@@ -224,20 +201,7 @@ detail::StreamParams stream_params_for(const Problem& p) {
 }
 
 void check_device_pointers(const Problem& p, const DeviceTensors& t, bool decode, cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone) return;
-  for (const Buffer& b : buffers_of(p, t, decode)) {
-    if (b.bytes <= 0 || b.pointer == nullptr) continue;
-    cudaPointerAttributes attributes{};
-    const cudaError_t code = cudaPointerGetAttributes(&attributes, b.pointer);
-    if (code != cudaSuccess) {
-      (void)cudaGetLastError();  // clear it: the error is reported as an argument error
-      fail(b.name, std::string("must be device memory (cudaPointerGetAttributes: ") + cudaGetErrorString(code) + ")");
-    }
-    if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
-      fail(b.name, "must be device (or managed) memory, got a host or unregistered pointer");
-  }
+  detail::check_device_memory(buffers_of(p, t, decode), stream);
 }
 
 void launch(const Problem& p, const DeviceTensors& t, cudaStream_t stream, const LaunchOptions& options,

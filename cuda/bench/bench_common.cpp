@@ -269,4 +269,30 @@ int run_benchmarks(int argc, char** argv, FlopUnit unit, std::vector<Flag> flags
   return 0;
 }
 
+const std::vector<PeerShape>& peer_shapes() {
+  auto repeat = [](int n, std::int64_t length) { return std::vector<std::int64_t>(static_cast<std::size_t>(n), length); };
+  static const std::vector<PeerShape> all{
+      {"qwen3next_4x8192", 16, 32, repeat(4, 8192)},
+      {"qwen3next_1x32768", 16, 32, repeat(1, 32768)},
+      {"qwen35_4x8192", 16, 64, repeat(4, 8192)},
+      {"lowpar_1x32768", 2, 8, repeat(1, 32768)},
+      {"varlen_pack", 16, 32, {1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129}},
+      {"qwen3next_8x4096", 16, 32, repeat(8, 4096)},
+      // Not a peer shape: what the chunked prefill's default split by the heads costs or saves
+      // where several long sequences of a few-head model already give more blocks than one.
+      {"lowpar_4x8192", 2, 8, repeat(4, 8192)},
+  };
+  return all;
+}
+
+Problem peer_problem(const PeerShape& shape) {
+  Problem p = Problem::packed(shape.lengths, shape.H, shape.HV, 128, 128);
+  p.input_dtype = DType::bf16;
+  p.gate_dtype = DType::f32;
+  p.use_qk_l2norm = true;
+  p.has_h0 = true;
+  p.has_hT = true;
+  return p;
+}
+
 }  // namespace gdn::cuda::bench

@@ -31,6 +31,17 @@ class DeviceProblem {
   DeviceTensors tensors_;
 };
 
+// The named shapes the chunked prefill and the backward are benchmarked at, the ones
+// cuda/peers/peer_common.py's SHAPES times for the peers (the first six; the seventh is ours
+// only): bf16 q/k/v, fp32 g and beta, K = V = 128, in-kernel l2norm, dense fp32 h0 and hT.
+struct PeerShape {
+  const char* name;
+  int H, HV;
+  std::vector<std::int64_t> lengths;
+};
+const std::vector<PeerShape>& peer_shapes();
+Problem peer_problem(const PeerShape& shape);
+
 // Bytes read + written per second of a cudaMemcpyAsync device-to-device copy of `bytes`
 // (median of several timed copies after a warm-up). Measured once per process and cached.
 double copy_bandwidth(std::size_t bytes = std::size_t(2) << 30);

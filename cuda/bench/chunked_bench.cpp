@@ -12,7 +12,7 @@
 // (ChunkedOptions::workspace), as a serving framework would: the default pool's cudaMallocAsync
 // would otherwise hand the memory back at every synchronisation and map it again in the timed
 // call.
-// Args: shape index (see shapes()), value tile (0: automatic), sequence split (0: off, -1:
+// Args: shape index (see bench::peer_shapes()), value tile (0: automatic), sequence split (0: off, -1:
 // automatic, -2: by the heads, else chunks per segment; ChunkedOptions::split_chunks).
 #include <benchmark/benchmark.h>
 
@@ -38,38 +38,9 @@ namespace {
 using namespace gdn;
 using namespace gdn::cuda;
 
-struct Shape {
-  const char* name;
-  int H, HV;
-  std::vector<std::int64_t> lengths;
-};
-
-std::vector<std::int64_t> repeat(int n, std::int64_t length) { return std::vector<std::int64_t>(static_cast<std::size_t>(n), length); }
-
-const std::vector<Shape>& shapes() {
-  static const std::vector<Shape> all{
-      {"qwen3next_4x8192", 16, 32, repeat(4, 8192)},
-      {"qwen3next_1x32768", 16, 32, repeat(1, 32768)},
-      {"qwen35_4x8192", 16, 64, repeat(4, 8192)},
-      {"lowpar_1x32768", 2, 8, repeat(1, 32768)},
-      {"varlen_pack", 16, 32, {1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129}},
-      {"qwen3next_8x4096", 16, 32, repeat(8, 4096)},
-      // Not an fla peer shape: what the default split by the heads costs or saves where several
-      // long sequences of a few-head model already give more blocks than one.
-      {"lowpar_4x8192", 2, 8, repeat(4, 8192)},
-  };
-  return all;
-}
-
-Problem problem_of(const Shape& s) {
-  Problem p = Problem::packed(s.lengths, s.H, s.HV, 128, 128);
-  p.input_dtype = DType::bf16;
-  p.gate_dtype = DType::f32;
-  p.use_qk_l2norm = true;
-  p.has_h0 = true;
-  p.has_hT = true;
-  return p;
-}
+using bench::PeerShape;
+using bench::peer_problem;
+using bench::peer_shapes;
 
 // Each kernel of one call on its own: the call captured into a graph (one stream's capture is a
 // chain: chunk offsets, prepass, [affine pass, combine,] state kernel), then every kernel node
@@ -225,8 +196,8 @@ void BM_chunked_two_tiles(benchmark::State& state) {
 }
 
 void run_chunked(benchmark::State& state, ChunkedOptions options) {
-  const Shape& shape = shapes().at(static_cast<std::size_t>(state.range(0)));
-  const Problem p = problem_of(shape);
+  const PeerShape& shape = peer_shapes().at(static_cast<std::size_t>(state.range(0)));
+  const Problem p = peer_problem(shape);
   state.SetLabel(shape.name);
   // One shape's buffers at a time (the largest take gigabytes); rows of one shape are adjacent.
   static std::int64_t current = -1;
@@ -319,7 +290,7 @@ void arguments(benchmark::internal::Benchmark* b) {
       {3, {{0, -1}, {0, -2}, {128, 16}, {128, 64}}},
       {4, {{0, -1}, {128, 32}}},
       {6, {{0, -1}, {0, -2}}}};
-  for (std::size_t i = 0; i < shapes().size(); ++i) {
+  for (std::size_t i = 0; i < peer_shapes().size(); ++i) {
     b->Args({std::int64_t(i), 0, 0});
     const auto it = sweep.find(std::int64_t(i));
     if (it != sweep.end())
@@ -334,13 +305,13 @@ void arguments(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_chunked_default)
     ->ArgNames({"shape"})
-    ->DenseRange(0, static_cast<int>(shapes().size()) - 1)
+    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
     ->UseManualTime()
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_chunked_single)
     ->ArgNames({"shape"})
-    ->DenseRange(0, static_cast<int>(shapes().size()) - 1)
+    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
     ->UseManualTime()
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "cuda/api/check.hpp"
+#include "cuda/api/backward.hpp"
 #include "cuda/implementations/guarded_buffer.hpp"
 
 namespace gdn::cuda {
@@ -19,6 +21,8 @@ bool KernelAdapter::supports(const Problem& problem, std::string* why) const {
     return false;
   };
   if (problem.input_dtype == DType::f64) return no("input dtype f64 has no CUDA kernel");
+  if (const auto rule = detail::unsupported_storage(problem); !rule.first.empty())
+    return no(rule.first + ": " + rule.second);
   if (problem.K > 256 || problem.V > 256) return no("K and V must be <= 256");
   if (entry_ == Entry::decode) {
     if (!problem.uses_state_cache()) return no("decode needs a state cache");
@@ -103,6 +107,81 @@ Outputs<double> KernelAdapter::run(const Problem& problem, const Inputs& inputs)
   }
   if (intermediate) out.intermediate = intermediate->download_tensor(DType::f32, problem.intermediate_shape());
   return out;
+}
+
+bool KernelAdapter::supports_backward(const Problem& problem, std::string* why) const {
+  auto no = [&](const std::string& reason) {
+    if (why) *why = reason;
+    return false;
+  };
+  if (!has_backward()) return no(name() + " has no backward");
+  if (problem.input_dtype == DType::f64) return no("input dtype f64 has no CUDA kernel");
+  if (const auto rule = detail::unsupported_storage(problem); !rule.first.empty())
+    return no(rule.first + ": " + rule.second);
+  if (problem.K > 256 || problem.V > 256) return no("K and V must be <= 256");
+  if (problem.uses_state_cache()) return no("the backward covers dense states only (no state cache)");
+  if (problem.store_intermediate_states) return no("the backward does not differentiate per-token states");
+  return true;
+}
+
+Gradients<double> KernelAdapter::backward(const Problem& problem, const Inputs& inputs,
+                                          const BackwardInputs& cotangents) {
+  if (!has_backward()) throw std::logic_error(name() + " has no backward");
+  validate(problem, inputs);
+  std::vector<GuardedBuffer> buffers;
+  buffers.reserve(32);  // stable addresses: references into the vector are held below
+  BackwardTensors t;
+  const DType in = problem.input_dtype, gate = problem.gate_dtype;
+  add_token_inputs(buffers, problem, inputs, t.forward);
+  if (problem.has_h0)
+    t.forward.h0 = static_cast<const float*>(add_input(buffers, "h0", inputs.h0, DType::f32).data());
+  add_cu_seqlens(buffers, problem, cu_seqlens_type_, t.forward);
+  t.dO = add_input(buffers, "dO", cotangents.dO, in).data();
+  if (cotangents.dhT.defined() && problem.has_hT)
+    t.dhT = static_cast<const float*>(add_input(buffers, "dhT", cotangents.dhT, DType::f32).data());
+
+  // Every gradient starts as NaN (0xFF bytes): an element the kernel does not write fails.
+  struct Output {
+    const char* name;
+    Shape shape;
+    DType dtype;
+    GuardedBuffer* buffer;
+  };
+  std::vector<Output> outputs;
+  auto output = [&](const char* name, const Shape& shape, DType dtype) -> void* {
+    GuardedBuffer& b = add_output(buffers, name, static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
+    outputs.push_back({name, shape, dtype, &b});
+    return b.data();
+  };
+  t.dq = output("dq", problem.q_shape(), in);
+  t.dk = output("dk", problem.q_shape(), in);
+  t.dv = output("dv", problem.v_shape(), in);
+  if (problem.gate_mode == GateMode::direct) {
+    t.dg = output("dg", problem.gate_shape(), gate);
+    t.dbeta = output("dbeta", problem.gate_shape(), gate);
+  } else {
+    t.da = output("da", problem.gate_shape(), gate);
+    t.db = output("db", problem.gate_shape(), gate);
+    t.dA_log = static_cast<float*>(output("dA_log", problem.head_param_shape(), DType::f32));
+    t.ddt_bias = static_cast<float*>(output("ddt_bias", problem.head_param_shape(), DType::f32));
+  }
+  if (problem.has_h0) t.dh0 = static_cast<float*>(output("dh0", problem.state_shape(), DType::f32));
+  t.workspace_bytes = backward_workspace_bytes(problem);
+  // The workspace too starts as NaN: a part the kernels read before writing poisons a gradient.
+  t.workspace = add_output(buffers, "workspace", t.workspace_bytes).data();
+
+  recurrent_backward(problem, t, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "backward kernel execution");
+  for (const GuardedBuffer& b : buffers) b.check_canaries();
+
+  Gradients<double> g;
+  for (const Output& o : outputs) {
+    HostTensor<double> x = o.buffer->download_tensor(o.dtype, o.shape);
+    g.for_each([&](const char* name, HostTensor<double>& target) {
+      if (std::string(name) == o.name) target = std::move(x);
+    });
+  }
+  return g;
 }
 
 }  // namespace gdn::cuda

@@ -26,6 +26,13 @@ class KernelAdapter : public Implementation {
   bool supports(const Problem& problem, std::string* why) const override;
   Outputs<double> run(const Problem& problem, const Inputs& inputs) override;
 
+  // The recurrent prefill's backward (cuda/api/backward.hpp): the sequential adjoint, so its
+  // calibrated baseline is the sequential backward's fp32 emulation. Decode has none.
+  bool has_backward() const override { return entry_ == Entry::recurrent_prefill; }
+  Formulation backward_formulation() const override { return Formulation::sequential; }
+  bool supports_backward(const Problem& problem, std::string* why) const override;
+  Gradients<double> backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& cotangents) override;
+
  private:
   Entry entry_;
   IndexType cu_seqlens_type_;

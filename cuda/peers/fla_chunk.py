@@ -33,14 +33,6 @@ K = V = 128
 C = 64
 PATH = ""  # --out (the warm-up writes a scratch file)
 
-SHAPES = [
-    ("qwen3next_4x8192", 16, 32, [8192] * 4),
-    ("qwen3next_1x32768", 16, 32, [32768]),
-    ("qwen35_4x8192", 16, 64, [8192] * 4),
-    ("lowpar_1x32768", 2, 8, [32768]),
-    ("varlen_pack", 16, 32, [1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129]),
-    ("qwen3next_8x4096", 16, 32, [4096] * 8),
-]
 
 
 
@@ -86,7 +78,7 @@ def main():
     peer_common.write(PATH, results)
     print(f"copy bandwidth {copy_bw * 1e-9:.1f} GB/s", flush=True)
     only = args.only
-    for name, H, HV, lengths in SHAPES:
+    for name, H, HV, lengths in peer_common.SHAPES:
         if only and name not in only.split(","):
             continue
         T, N = sum(lengths), len(lengths)

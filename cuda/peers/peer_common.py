@@ -12,6 +12,18 @@ import triton
 from triton.testing import do_bench
 
 
+# The named shapes of cuda/bench/bench_common.cpp's peer_shapes() (the first six): name, H, HV,
+# sequence lengths; bf16, K = V = 128, l2norm, h0 and hT.
+SHAPES = [
+    ("qwen3next_4x8192", 16, 32, [8192] * 4),
+    ("qwen3next_1x32768", 16, 32, [32768]),
+    ("qwen35_4x8192", 16, 64, [8192] * 4),
+    ("lowpar_1x32768", 2, 8, [32768]),
+    ("varlen_pack", 16, 32, [1, 17, 64, 65, 300, 1000, 4000, 8192, 2048, 513, 3000, 129]),
+    ("qwen3next_8x4096", 16, 32, [4096] * 8),
+]
+
+
 def parser(description, default_name):
     """The options every peer takes; a script adds its own."""
     p = argparse.ArgumentParser(description=description)

@@ -60,6 +60,10 @@ def peer_matches(peer, benchmark) -> bool:
     benchmark's name. Tuning arguments only the benchmark has (tile, graph mode) do not
     matter: every variant is compared with the same peer time. Or the benchmark's label is
     the peer result's name (a named shape)."""
+    # A backward is compared with backwards only (cuda/peers/backward_peers.py names its peer
+    # "... backward ..."; cuda/bench/backward_bench.cpp's family is BM_backward).
+    if ("backward" in (peer.peer or "").lower()) != (family(benchmark) == "BM_backward"):
+        return False
     # A named shape: the benchmark's label (SetLabel) equals the peer result's name, e.g.
     # "qwen3next_4x8192" in cuda/bench/chunked_bench.cpp and cuda/peers/fla_chunk.py; the token
     # count must agree where both give it.
@@ -171,6 +175,7 @@ HEADLINE_FAMILIES = {
     "BM_decode": ("cuda.decode", {"graph": 1, "held": 1}),  # CUDA graph launch, device time alone
     "BM_chunked_default": ("cuda.chunked_prefill", {}),
     "BM_chunked_single": ("cuda.chunked_prefill.single", {}),
+    "BM_backward": ("cuda.recurrent_prefill.backward", {}),
 }
 # Name arguments that say which problem ran, not how.
 SHAPE_ARGUMENTS = frozenset(SHAPE_KEYS) | {"shape", "batch", "sequences", "length", "items"}
@@ -343,6 +348,23 @@ def details(results, kind: str) -> str:
     return "\n".join(lines)
 
 
+GRADIENTS = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
+
+
+def backward_determinism_rows(results) -> list:
+    """Per backward peer result that counted them: differing / total elements per gradient."""
+    rows = []
+    for p in results.peers:
+        if not any(f"differing_{g}" in p.counters for g in GRADIENTS):
+            continue
+        cells = []
+        for g in GRADIENTS:
+            d, n = p.counters.get(f"differing_{g}"), p.counters.get(f"elements_{g}")
+            cells.append("n/a" if d is None or n is None else f"{int(d)} / {int(n)}")
+        rows.append([f"`{p.source}`", p.peer, p.name] + cells)
+    return rows
+
+
 def provenance_table(provenance) -> str:
     return table(["input", "kind", "records", "device", "date", "commit", "command"],
                  [[p.path, p.kind, p.records, p.device or "not recorded", p.date or "not recorded",
@@ -384,6 +406,13 @@ def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) 
     for kind, path in plots:
         caption = f"{kind}: fraction of the ceilings and speed-up over peers"
         lines += [f"![{caption}]({path.relative_to(out_dir).as_posix()})", "", f"*{caption}.*", ""]
+    determinism = backward_determinism_rows(results)
+    if determinism:
+        lines += ["Backward run-to-run determinism of the peers (cuda/peers/backward_peers.py): the backward run "
+                  "twice on the same inputs and graph, elements whose bits differ / elements, per gradient. "
+                  "Ours is bitwise deterministic by construction and tested so (the GPU suite's "
+                  "`backward_determinism` and `backward_repack_bits`).", "",
+                  table(["run", "peer", "shape"] + list(GRADIENTS), determinism), ""]
     lines += ["Details per device kind (every benchmark row, tuning sweeps, peer tables): " +
               (", ".join(f"[{kind}]({name})" for kind, name in zip(kinds, detail_files)) or "none") + ".", ""]
     return "\n".join(lines), detail_files
