@@ -57,24 +57,6 @@ __device__ __forceinline__ void store_float(void* p, int type, std::int64_t i, f
   else static_cast<float*>(p)[i] = x;
 }
 
-// x[w] = row[w] for w < columns, else 0: one switch on the dtype, then the loads issued back to
-// back, so that their latencies overlap (a switch per element makes each load wait for the last).
-__device__ __forceinline__ void load_row(const void* p, int type, std::int64_t offset, int columns, float (&x)[W]) {
-  if (type == static_cast<int>(ElementType::bf16)) {
-    const __nv_bfloat16* r = static_cast<const __nv_bfloat16*>(p) + offset;
-#pragma unroll
-    for (int w = 0; w < W; ++w) x[w] = w < columns ? __bfloat162float(r[w]) : 0.f;
-  } else if (type == static_cast<int>(ElementType::f16)) {
-    const __half* r = static_cast<const __half*>(p) + offset;
-#pragma unroll
-    for (int w = 0; w < W; ++w) x[w] = w < columns ? __half2float(r[w]) : 0.f;
-  } else {
-    const float* r = static_cast<const float*>(p) + offset;
-#pragma unroll
-    for (int w = 0; w < W; ++w) x[w] = w < columns ? r[w] : 0.f;
-  }
-}
-
 __device__ __forceinline__ std::int64_t boundary(const BackwardParams& p, int n) {
   return p.cu_seqlens_64 ? static_cast<const long long*>(p.cu_seqlens)[n]
                          : static_cast<std::int64_t>(static_cast<const int*>(p.cu_seqlens)[n]);
@@ -220,9 +202,6 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
   // and with `record`, threads < W store u_t and p_t of their column at slot `record_slot`.
   auto step = [&](std::int64_t t, float (&S)[W], float* Sd_out, bool record, int record_slot) {
     const std::int64_t th = t * p.H + h, tj = t * p.HV + j;
-    // Every load of the token first: their latencies overlap the decay and the reduction.
-    float vv[W];
-    load_row(p.v, p.input_type, tj * p.V + c0, columns, vv);
     const float kk = active ? load_float(p.k, p.input_type, th * p.K + row) * p.inv_norm_k[th] : 0.f;
     const float alpha = expf(p.gate_g[tj]);
     const float beta = p.gate_beta[tj];
@@ -240,7 +219,8 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
     float u_mine = 0.f, p_mine = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
-      const float u = beta * (vv[w] - pc[w]);
+      const float vv = w < columns ? load_float(p.v, p.input_type, tj * p.V + c0 + w) : 0.f;
+      const float u = beta * (vv - pc[w]);
       S[w] = fmaf(kk, u, S[w]);
       if (w == row) {
         u_mine = u;
@@ -302,9 +282,6 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
         chunk_dg[i] = 0.f;
         if (i >= count) continue;
         const std::int64_t t = cb + i, th = t * p.H + h, tj = t * p.HV + j;
-        float dO[W], vv[W];
-        load_row(p.dO, p.input_type, tj * p.V + c0, columns, dO);
-        load_row(p.v, p.input_type, tj * p.V + c0, columns, vv);
         const float qs = active ? load_float(p.q, p.input_type, th * p.K + row) * p.inv_norm_q[th] * p.scale : 0.f;
         const float kk = active ? load_float(p.k, p.input_type, th * p.K + row) * p.inv_norm_k[th] : 0.f;
         const float alpha = expf(p.gate_g[tj]);
@@ -314,9 +291,10 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
         float x[W], du[W];
 #pragma unroll
         for (int w = 0; w < W; ++w) {
+          const float dO = w < columns ? load_float(p.dO, p.input_type, tj * p.V + c0 + w) : 0.f;
           const float St = fmaf(kk, us[i * W + w], Sd[i][w]);
-          dS[w] = fmaf(qs, dO[w], dS[w]);
-          dqs = fmaf(St, dO[w], dqs);
+          dS[w] = fmaf(qs, dO, dS[w]);
+          dqs = fmaf(St, dO, dqs);
         }
         // The write S = Sd + k u^T: du = dS^T k (a sum over K), dk = dS u.
 #pragma unroll
@@ -347,7 +325,10 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
         if (row == 0) {
           float dbeta = 0.f;
 #pragma unroll
-          for (int w = 0; w < W; ++w) dbeta = fmaf(du[w], vv[w] - ps[i * W + w], dbeta);
+          for (int w = 0; w < W; ++w) {
+            const float vv = w < columns ? load_float(p.v, p.input_type, tj * p.V + c0 + w) : 0.f;
+            dbeta = fmaf(du[w], vv - ps[i * W + w], dbeta);
+          }
           p.part_dbeta[part] = dbeta;
         }
       }
