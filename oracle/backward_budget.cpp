@@ -11,6 +11,7 @@
 #include "reference/backward.hpp"
 #include "reference/backward_chunked.hpp"
 #include "reference/precision.hpp"
+#include "reference/prepare.hpp"
 
 namespace gdn::oracle {
 
@@ -68,6 +69,34 @@ std::string terms_diagnosis(const TensorMetrics& m, double max_abs_difference, d
     return "every term of " + name + " is exactly 0 (so is the exact gradient), got max |x - exact| = " +
            sci(max_abs_difference);
   return "the difference overflowed the largest double";
+}
+
+// The decay's share of the arithmetic floor of gradients (docs/budgets.md, "Gradients"), in
+// units of M: alpha_t = exp(g_t) evaluated in fp32 is off by a relative sigma_t = u (s_exp +
+// s_g |g_t|), and that one factor scales every term flowing back through token t (dS, so dh0
+// and the earlier tokens' gradients). s_exp = 2: an fp32 exp within 2 ulp (CUDA's expf; libm's
+// is within 1). s_g = 3 for fused gates, g = -exp(A_log) softplus(a + dt_bias) in fp32 (the
+// exp, the softplus and the product, each within about an ulp of g, so about |g| u each in
+// absolute terms), 0 where g is given (an exact input). Along a sequence the tokens' factors
+// add in energy; the worst (sequence, value head) is taken. Tokens whose alpha underflows fp32
+// (g < -87) or resets (alpha = 0) carry nothing further and are left out.
+double decay_sigma(const Problem& problem, const Inputs& inputs) {
+  const double u = unit_roundoff(DType::f32);
+  const double s_g = problem.gate_mode == GateMode::fused ? 3.0 : 0.0;
+  double worst = 0;
+  for (int n = 0; n < problem.N(); ++n)
+    for (int j = 0; j < problem.HV; ++j) {
+      double energy = 0;
+      for (std::int64_t t = problem.seq_begin(n); t < problem.seq_begin(n) + problem.seq_len(n); ++t) {
+        double g = 0, beta = 0;
+        reference::load_gates<double>(problem, inputs, t, j, &g, &beta);
+        if (!std::isfinite(g) || g < -87.0) continue;
+        const double sigma = u * (2.0 + s_g * std::fabs(g));
+        energy += sigma * sigma;
+      }
+      worst = std::max(worst, std::sqrt(energy));
+    }
+  return worst;
 }
 
 std::int64_t longest_sequence(const Problem& problem) {
@@ -283,14 +312,20 @@ Verdict judge_gradients(const Problem& problem, const Inputs& inputs, const Exac
           // reductions), is u_f32 sqrt((L + 1)(K + V)) of M; it enters with arith standard
           // deviations and the weight of a maximum over n elements, 1 / sqrt(1 + 2 ln n), and
           // only into a check that fails without it.
+          // The decays' share (decay_sigma) is one factor per token shared by every element
+          // it scales: it enters with arith standard deviations and no maximum-over-n weight.
           const double L = static_cast<double>(longest_sequence(problem));
           const double n = static_cast<double>(std::max<std::int64_t>(E.numel(), 1));
           const double model = unit_roundoff(DType::f32) * std::sqrt((L + 1) * (problem.K + problem.V));
+          const double decay = decay_sigma(problem, inputs);
           const double arith = options.arithmetic_units * model / std::sqrt(1 + 2 * std::log(n));
-          check = make_check(tensor, "rel_terms", error, budget + arith,
+          const double arith_decay = options.arithmetic_units * decay;
+          check = make_check(tensor, "rel_terms", error, budget + arith + arith_decay,
                              basis + " + " + sci(arith) + " (arithmetic floor: " + compact(options.arithmetic_units) +
                                  " x u f32 sqrt((L+1)(K+V)) / sqrt(1 + 2 ln n), L = " + compact(L) + ", n = " +
-                                 compact(n) + ")," + per_M,
+                                 compact(n) + ") + " + sci(arith_decay) + " (the decays: " +
+                                 compact(options.arithmetic_units) + " x sqrt(sum_t (u (2 + s_g |g_t|))^2), s_g = " +
+                                 (problem.gate_mode == GateMode::fused ? "3" : "0") + ")," + per_M,
                              terms_diagnosis(m, d, M));
         }
         v.checks.push_back(check);
