@@ -5,15 +5,14 @@
 //                         (fuzz::make_backward_inputs), every gradient judged by the oracle's
 //                         calibrated gradient budget (oracle/backward_budget.hpp) against the
 //                         sequential backward's fp32 emulation;
-//   backward_determinism  the same inputs again give the same bits, every gradient;
-//   backward_repack_bits  the pack reversed gives every sequence the same bits (dq, dk, dv, the
-//                         gate gradients of its tokens and its dh0; dA_log and ddt_bias are sums
-//                         over the whole batch by definition and are left out).
+//   backward_reproducibility  oracle::backward_reproducibility_checks: the same inputs again give
+//                         the same bits, every gradient, and the pack reversed gives every
+//                         sequence the same bits (dA_log and ddt_bias, sums over the whole
+//                         batch by definition, left out).
 // A failure prints the case (enough to rebuild it) and the verdict's checks.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,90 +48,6 @@ BackwardCase random_backward_case(std::mt19937_64& rng) {
 
 std::string describe(const BackwardCase& b) {
   return testbed::describe(b.c) + (b.cotangents.dhT.defined() ? " with dhT" : " without dhT");
-}
-
-// Every gradient bit for bit; "" or the first tensor that differs.
-std::string gradient_bits_diff(const Gradients<double>& a, const Gradients<double>& b) {
-  std::string diff;
-  std::vector<const HostTensor<double>*> second;
-  b.for_each([&](const char*, const HostTensor<double>& t) { second.push_back(&t); });
-  std::size_t i = 0;
-  a.for_each([&](const char* name, const HostTensor<double>& t) {
-    if (diff.empty() && !oracle::bits_equal(t, *second[i])) diff = std::string(name) + " differs";
-    ++i;
-  });
-  return diff;
-}
-
-// The rows [begin, begin + count) of a [T, ...] tensor, as raw values.
-std::vector<double> rows(const HostTensor<double>& t, std::int64_t begin, std::int64_t count) {
-  if (!t.defined() || t.numel() == 0) return {};
-  const std::int64_t width = t.numel() / t.shape()[0];
-  return std::vector<double>(t.data() + begin * width, t.data() + (begin + count) * width);
-}
-
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0) return false;
-  return true;
-}
-
-// The cotangents of (p, cotangents) reordered like oracle::select_sequences reorders the inputs.
-BackwardInputs select_cotangents(const Problem& p, const BackwardInputs& cotangents, const std::vector<int>& order) {
-  BackwardInputs out;
-  std::int64_t T = 0;
-  for (int n : order) T += p.seq_len(n);
-  out.dO = HostTensor<double>({T, p.HV, p.V});
-  std::int64_t at = 0;
-  const std::int64_t row = static_cast<std::int64_t>(p.HV) * p.V;
-  for (int n : order) {
-    const std::vector<double> r = rows(cotangents.dO, p.seq_begin(n), p.seq_len(n));
-    std::copy(r.begin(), r.end(), out.dO.data() + at * row);
-    at += p.seq_len(n);
-  }
-  if (cotangents.dhT.defined()) {
-    out.dhT = HostTensor<double>(cotangents.dhT.shape());
-    const std::int64_t state = cotangents.dhT.numel() / p.N();
-    for (std::size_t m = 0; m < order.size(); ++m)
-      std::copy(cotangents.dhT.data() + order[m] * state, cotangents.dhT.data() + (order[m] + 1) * state,
-                out.dhT.data() + static_cast<std::int64_t>(m) * state);
-  }
-  return out;
-}
-
-// Every sequence's gradients in the reversed pack equal its gradients in the original one.
-std::string reversed_pack_diff(RecurrentPrefillKernel& kernel, const BackwardCase& b, const Gradients<double>& packed) {
-  const Problem& p = b.c.problem;
-  if (p.N() < 2) return "";
-  std::vector<int> order;
-  for (int n = p.N() - 1; n >= 0; --n) order.push_back(n);
-  Problem q;
-  Inputs qin;
-  oracle::select_sequences(p, b.c.inputs(), order, &q, &qin);
-  const BackwardInputs qcot = select_cotangents(p, b.cotangents, order);
-  const Gradients<double> other = kernel.backward(q, qin, qcot);
-  for (std::size_t m = 0; m < order.size(); ++m) {
-    const int n = order[m];
-    std::string diff;
-    auto compare = [&](const char* name, const HostTensor<double>& x, const HostTensor<double>& y) {
-      if (!diff.empty() || !x.defined()) return;
-      if (!same_bits(rows(x, p.seq_begin(n), p.seq_len(n)), rows(y, q.seq_begin(static_cast<int>(m)), q.seq_len(static_cast<int>(m)))))
-        diff = std::string(name) + " of sequence " + std::to_string(n) + " differs in the reversed pack";
-    };
-    compare("dq", packed.dq, other.dq);
-    compare("dk", packed.dk, other.dk);
-    compare("dv", packed.dv, other.dv);
-    compare("dg", packed.dg, other.dg);
-    compare("dbeta", packed.dbeta, other.dbeta);
-    compare("da", packed.da, other.da);
-    compare("db", packed.db, other.db);
-    if (diff.empty() && packed.dh0.defined() &&
-        !same_bits(rows(packed.dh0, n, 1), rows(other.dh0, static_cast<int>(m), 1)))
-      diff = "dh0 of sequence " + std::to_string(n) + " differs in the reversed pack";
-    if (!diff.empty()) return diff;
-  }
-  return "";
 }
 
 template <class Check>
@@ -180,15 +95,17 @@ TEST_CASE("backward conformance - cuda.recurrent_prefill.backward", "[gpu][backw
 }
 
 TEST_CASE("backward determinism and batch invariance - cuda.recurrent_prefill.backward", "[gpu][backward][bitwise]") {
-  const int cases = std::max(4, case_count() / 5);
-  each_case("backward_determinism", cases, [](const BackwardCase& b, RecurrentPrefillKernel& kernel, double*) {
-    const Inputs in = b.c.inputs();
-    const Gradients<double> first = kernel.backward(b.c.problem, in, b.cotangents);
-    const Gradients<double> second = kernel.backward(b.c.problem, in, b.cotangents);
-    return gradient_bits_diff(first, second);
-  });
-  each_case("backward_repack_bits", cases, [](const BackwardCase& b, RecurrentPrefillKernel& kernel, double*) {
-    const Gradients<double> packed = kernel.backward(b.c.problem, b.c.inputs(), b.cotangents);
-    return reversed_pack_diff(kernel, b, packed);
-  });
+  // The oracle's reproducibility checks, the ones `conformance --backward` adds: a second run
+  // bit for bit (repeat_bits) and, with two or more sequences, the reversed pack's bits per
+  // sequence (repack_bits).
+  each_case("backward_reproducibility", std::max(4, case_count() / 5),
+            [](const BackwardCase& b, RecurrentPrefillKernel& kernel, double*) {
+              const Inputs in = b.c.inputs();
+              const Gradients<double> first = kernel.backward(b.c.problem, in, b.cotangents);
+              std::string failure;
+              for (const oracle::Check& check :
+                   oracle::backward_reproducibility_checks(kernel, b.c.problem, in, b.cotangents, first))
+                if (!check.pass) failure += (failure.empty() ? "" : "; ") + check.metric + ": " + check.basis;
+              return failure;
+            });
 }

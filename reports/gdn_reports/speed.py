@@ -411,7 +411,7 @@ def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) 
         lines += ["Backward run-to-run determinism of the peers (cuda/peers/backward_peers.py): the backward run "
                   "twice on the same inputs and graph, elements whose bits differ / elements, per gradient. "
                   "Ours is bitwise deterministic by construction and tested so (the GPU suite's "
-                  "`backward_determinism` and `backward_repack_bits`).", "",
+                  "reproducibility properties: a rerun and the reversed pack, bit for bit).", "",
                   table(["run", "peer", "shape"] + list(GRADIENTS), determinism), ""]
     lines += ["Details per device kind (every benchmark row, tuning sweeps, peer tables): " +
               (", ".join(f"[{kind}]({name})" for kind, name in zip(kinds, detail_files)) or "none") + ".", ""]
