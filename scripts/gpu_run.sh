@@ -21,7 +21,12 @@
 #   accuracy  the chunked prefill beside fla on the same inputs -> accuracy_chunked.json
 #   campaign  the CLI as a user runs it: `conformance` with every kernel, a `fuzz` campaign of the
 #             kernels, fla's functions generated / adapted / verified -> campaign/
-# --fuzz-seconds, --campaign-plan   the campaign's fuzz time (150) and case plan (fla: make_cases.py)
+#   fuzz      the CLI's fuzz of every chunked mode (cuda.chunked_prefill, .split1, .single) on the
+#             chunked space, --fuzz-seconds each, the modes side by side in 4 shards each
+#             -> fuzz_chunked/<mode>.json and the failures' case files
+# --fuzz-seconds, --campaign-plan   the campaign's and the fuzz phase's fuzz time (150) and the
+#             campaign's case plan (fla: make_cases.py)
+# --backward-peers  which backward_peers backends run (default "fla_triton,flash_qla")
 # --only      restrict suite, sanitize and bench to these kernel families (comma-separated of
 #             recurrent, decode, decode_streamed, chunked, single, backward; default all)
 # --site      a packed site folder (python/gpu/pack_site.sh's site.tar.xz: fla, flash-qla and
@@ -36,7 +41,7 @@ set -u -o pipefail
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 BIN="" PHASES="" CASES=1000 SAN_CASES=4 SEED=20261202 COMMIT=unknown WHEELS=.whl OUTDIR=${OUT:-/tmp/out}
-FUZZ_SECONDS=150 CAMPAIGN_PLAN=fla SITE="" ONLY=""
+FUZZ_SECONDS=150 CAMPAIGN_PLAN=fla SITE="" ONLY="" BACKWARD_PEERS="fla_triton,flash_qla"
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -50,6 +55,7 @@ while [ $# -gt 0 ]; do
     --campaign-plan) CAMPAIGN_PLAN=$2; shift 2 ;;
     --site) SITE=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
+    --backward-peers) BACKWARD_PEERS=$2; shift 2 ;;
     --out) OUTDIR=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "gpu_run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -58,7 +64,7 @@ done
 [ -n "$BIN" ] || { echo "gpu_run.sh: --bin is required" >&2; exit 2; }
 [ -n "$PHASES" ] || { echo "gpu_run.sh: --phases is required" >&2; exit 2; }
 for p in ${PHASES//,/ }; do
-  case $p in suite|sanitize|bench|peers|backward_peers|accuracy|campaign) ;; *) echo "gpu_run.sh: unknown phase '$p'" >&2; exit 2 ;; esac
+  case $p in suite|sanitize|bench|peers|backward_peers|accuracy|campaign|fuzz) ;; *) echo "gpu_run.sh: unknown phase '$p'" >&2; exit 2 ;; esac
 done
 has() { [[ ",$PHASES," == *",$1,"* ]]; }
 wanted() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
@@ -82,6 +88,8 @@ LOG=$OUTDIR/run.log
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
 log "device: $GPU (driver $DRIVER) -> results/$KIND; commit $COMMIT; phases $PHASES"
 CMDLINE="bash scripts/gpu_run.sh --phases $PHASES --cases $CASES --sanitize-cases $SAN_CASES --seed $SEED${ONLY:+ --only $ONLY}"
+has fuzz && CMDLINE="$CMDLINE --fuzz-seconds $FUZZ_SECONDS"
+has backward_peers && CMDLINE="$CMDLINE --backward-peers $BACKWARD_PEERS"
 # Provenance every tool records (benchmarks as context, tests and peers in their JSON).
 CONTEXT=(--context "device=$GPU" --context "driver=$DRIVER" --context "date=$DATE" --context "commit=$COMMIT"
          --context "command=$CMDLINE")
@@ -118,7 +126,7 @@ if (has peers || has accuracy) && (has suite || has sanitize); then
 fi
 # The backward's peers come as one packed site folder (fla, FlashQLA, TileLang): Triton and
 # TileLang compile their backward kernels on first use, so they warm up beside the suite too.
-BACKWARDS="fla_triton flash_qla"
+BACKWARDS=${BACKWARD_PEERS//,/ }
 WARM_BACKWARD=""
 if has backward_peers; then
   [ -f "$SITE" ] || { log "backward_peers: --site is required"; exit 2; }
@@ -360,6 +368,32 @@ if has campaign; then
     --commit "$COMMIT" --command "$CMDLINE" --date "$DATE" 2>&1 | tail -3 | tee -a "$LOG"
   mkdir -p "$SET/campaign/failures"
   find "$RAW/fuzz" "$RAW/fuzz_chunked" -name '*.safetensors' ! -name '*.original.*' | head -4 | xargs -r cp -t "$SET/campaign/failures"
+fi
+
+if has fuzz; then
+  # The chunked modes fuzzed side by side (the references run on the CPU, 16 cores there), each
+  # on the chunked kernel's space: K in multiples of 16 up to 128, V up to 256.
+  CLI=$BIN/gdn-testbed
+  RAW=/tmp/fuzz_chunked
+  rm -rf "$RAW" && mkdir -p "$RAW" "$SET/fuzz_chunked/failures"
+  MODES="cuda.chunked_prefill cuda.chunked_prefill.split1 cuda.chunked_prefill.single"
+  log "fuzz: $MODES, ${FUZZ_SECONDS}s each, 4 shards each"
+  for mode in $MODES; do
+    for i in 0 1 2 3; do
+      timeout $((FUZZ_SECONDS + 90)) "$CLI" fuzz --impl "$mode" --seed $((SEED + 2000)) --seconds "$FUZZ_SECONDS" \
+        --shard "$i/4" --max-K 128 --K-multiple 16 --max-V 256 --max-work 4e6 --max-failures 4 --quiet \
+        --out "$RAW/$mode" > "$RAW/$mode.$i.log" 2>&1 &
+    done
+  done
+  wait
+  for mode in $MODES; do
+    "$CLI" merge --out "$SET/fuzz_chunked/$mode.json" "$RAW/$mode"/results-shard-*-of-4.json >> "$LOG" 2>&1
+    echo "fuzz $mode merge exit $?" | tee -a "$LOG"
+    python3 reports/campaign/stamp_provenance.py "$SET/fuzz_chunked/$mode.json" "$GPU" "$COMMIT" "$CMDLINE" 2>&1 | tee -a "$LOG"
+    tail -2 "$RAW/$mode.0.log" | tee -a "$LOG"
+    find "$RAW/$mode" -name '*.safetensors' ! -name '*.original.*' | head -2 | xargs -r cp -t "$SET/fuzz_chunked/failures"
+  done
+  pack_results
 fi
 
 log "packing results/$KIND"

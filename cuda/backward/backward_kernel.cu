@@ -164,14 +164,36 @@ __device__ __forceinline__ std::int64_t state_index(const BackwardParams& p, int
   return p.v_major ? (head * p.V + column) * p.K + row : (head * p.K + row) * p.V + column;
 }
 
+// An input element as fp32, the dtype known at compile time (the sweep is instantiated per
+// input dtype, so that its loads carry no per-element switch).
+template <typename In>
+__device__ __forceinline__ float to_float(In x);
+template <>
+__device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+
+template <typename In>
 __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardParams p) {
   extern __shared__ float shared[];
   float* red = shared;                          // [2][kMaxWarps][W]: column_sum
   float* chunk_red = red + 2 * kMaxWarps * W;   // [kMaxWarps][C]: the chunk's dg sums
   float* us = chunk_red + kMaxWarps * C;        // [C][W]: u_t of the chunk's tokens
   float* ps = us + C * W;                       // [C][W]: p_t
-  float* sub = ps + C * W;                      // [L / C][W][threads]: states at chunk starts
+  float* vs = ps + C * W;                       // [C][W]: the chunk's v tile (staged)
+  float* dos = vs + C * W;                      // [C][W]: the chunk's dO tile (staged)
+  float* alphas = dos + C * W;                  // [C]: exp(g) of the chunk's tokens
+  float* betas = alphas + C;                    // [C]: beta
+  float* ks = betas + C;                        // [C][threads]: k^ of the chunk (each thread its row)
+  float* qs_all = ks + C * blockDim.x;          // [C][threads]: scale q^
+  float* sub = qs_all + C * blockDim.x;         // [L / C][W][threads]: states at chunk starts
 
+  const In* q_in = static_cast<const In*>(p.q);
+  const In* k_in = static_cast<const In*>(p.k);
+  const In* v_in = static_cast<const In*>(p.v);
+  const In* dO_in = static_cast<const In*>(p.dO);
   const int n = static_cast<int>(blockIdx.x / p.tiles);
   const int tile = static_cast<int>(blockIdx.x % p.tiles);
   const int j = blockIdx.y;
@@ -198,13 +220,64 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
     return ((slot * p.HV + j) * p.K + row) * p.V + c0 + w;
   };
 
-  // One forward step of §2 for token t on the state tile S; Sd (optional) receives alpha S_{t-1},
-  // and with `record`, threads < W store u_t and p_t of their column at slot `record_slot`.
-  auto step = [&](std::int64_t t, float (&S)[W], float* Sd_out, bool record, int record_slot) {
-    const std::int64_t th = t * p.H + h, tj = t * p.HV + j;
-    const float kk = active ? load_float(p.k, p.input_type, th * p.K + row) * p.inv_norm_k[th] : 0.f;
-    const float alpha = expf(p.gate_g[tj]);
-    const float beta = p.gate_beta[tj];
+  // Stages the inputs of the `count` tokens from cb on into shared memory, every load issued
+  // before any is used, so that a chunk waits for one round of global latency rather than a
+  // chain of them per token. The leading barrier keeps the previous chunk's readers ahead of the
+  // writes; the trailing one publishes the stage. Tokens past `count` stage zeros.
+  auto stage = [&](std::int64_t cb, int count, bool reverse) {
+    float kr[C], qr[C];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const std::int64_t th = (cb + i) * p.H + h;
+      const bool live = active && i < count;
+      kr[i] = live ? to_float(k_in[th * p.K + row]) * p.inv_norm_k[th] : 0.f;
+      qr[i] = (live && reverse) ? to_float(q_in[th * p.K + row]) * p.inv_norm_q[th] * p.scale : 0.f;
+    }
+    // The C x W tile: element e = i W + w, thread row takes e = row + r threads (at most
+    // C W / 32 of them, with 32 threads).
+    constexpr int kTileLoads = (C * W + 31) / 32;
+    float vr[kTileLoads], dr[kTileLoads];
+#pragma unroll
+    for (int r = 0; r < kTileLoads; ++r) {
+      const int e = row + r * threads, i = e / W, w = e % W;
+      const bool live = e < C * W && i < count && w < columns;
+      const std::int64_t at = ((cb + i) * p.HV + j) * p.V + c0 + w;
+      vr[r] = live ? to_float(v_in[at]) : 0.f;
+      dr[r] = (live && reverse) ? to_float(dO_in[at]) : 0.f;
+    }
+    float ar = 0.f, br = 0.f;
+    if (row < C && row < count) {
+      const std::int64_t tj = (cb + row) * p.HV + j;
+      ar = expf(p.gate_g[tj]);
+      br = p.gate_beta[tj];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      ks[i * threads + row] = kr[i];
+      qs_all[i * threads + row] = qr[i];
+    }
+#pragma unroll
+    for (int r = 0; r < kTileLoads; ++r) {
+      const int e = row + r * threads;
+      if (e < C * W) {
+        vs[e] = vr[r];
+        dos[e] = dr[r];
+      }
+    }
+    if (row < C) {
+      alphas[row] = ar;
+      betas[row] = br;
+    }
+    __syncthreads();
+  };
+
+  // One forward step of §2 for the staged token i on the state tile S; Sd (optional) receives
+  // alpha S_{t-1}, and with `record`, threads < W store u_t and p_t of their column at slot i.
+  auto step = [&](int i, float (&S)[W], float* Sd_out, bool record) {
+    const float kk = ks[i * threads + row];
+    const float alpha = alphas[i];
+    const float beta = betas[i];
     float x[W], pc[W];
 #pragma unroll
     for (int w = 0; w < W; ++w) {
@@ -219,8 +292,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
     float u_mine = 0.f, p_mine = 0.f;
 #pragma unroll
     for (int w = 0; w < W; ++w) {
-      const float vv = w < columns ? load_float(p.v, p.input_type, tj * p.V + c0 + w) : 0.f;
-      const float u = beta * (vv - pc[w]);
+      const float u = beta * (vs[i * W + w] - pc[w]);
       S[w] = fmaf(kk, u, S[w]);
       if (w == row) {
         u_mine = u;
@@ -228,8 +300,8 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
       }
     }
     if (record && row < W) {
-      us[record_slot * W + row] = u_mine;
-      ps[record_slot * W + row] = p_mine;
+      us[i * W + row] = u_mine;
+      ps[i * W + row] = p_mine;
     }
   };
 
@@ -238,7 +310,10 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
   load_dense(p.h0, S);
   // Phase 1: forward over all segments but the last, storing the state at each segment start.
   for (std::int64_t i = 1; i < segments; ++i) {
-    for (std::int64_t t = bos + (i - 1) * L; t < bos + i * L; ++t) step(t, S, nullptr, false, 0);
+    for (std::int64_t cb = bos + (i - 1) * L; cb < bos + i * L; cb += C) {
+      stage(cb, C, false);
+      for (int t = 0; t < C; ++t) step(t, S, nullptr, false);
+    }
     if (active) {
 #pragma unroll
       for (int w = 0; w < W; ++w)
@@ -262,36 +337,39 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
     for (int c = 0; c < chunks; ++c) {
 #pragma unroll
       for (int w = 0; w < W; ++w) sub[(c * W + w) * threads + row] = S[w];
-      if (c + 1 < chunks)
-        for (int i = 0; i < C; ++i) step(sb + c * C + i, S, nullptr, false, 0);
+      if (c + 1 < chunks) {
+        stage(sb + c * C, C, false);
+        for (int i = 0; i < C; ++i) step(i, S, nullptr, false);
+      }
     }
     for (int c = chunks - 1; c >= 0; --c) {
       const std::int64_t cb = sb + c * C;
       const int count = static_cast<int>(se - cb < C ? se - cb : C);
+      stage(cb, count, true);
 #pragma unroll
       for (int w = 0; w < W; ++w) S[w] = sub[(c * W + w) * threads + row];
       // The chunk's decayed states Sd_t, kept in registers for the reverse steps.
       float Sd[C][W];
 #pragma unroll
       for (int i = 0; i < C; ++i)
-        if (i < count) step(cb + i, S, Sd[i], true, i);
+        if (i < count) step(i, S, Sd[i], true);
       __syncthreads();  // us, ps visible to every thread
       float chunk_dg[C];
 #pragma unroll
       for (int i = C - 1; i >= 0; --i) {
         chunk_dg[i] = 0.f;
         if (i >= count) continue;
-        const std::int64_t t = cb + i, th = t * p.H + h, tj = t * p.HV + j;
-        const float qs = active ? load_float(p.q, p.input_type, th * p.K + row) * p.inv_norm_q[th] * p.scale : 0.f;
-        const float kk = active ? load_float(p.k, p.input_type, th * p.K + row) * p.inv_norm_k[th] : 0.f;
-        const float alpha = expf(p.gate_g[tj]);
-        const float beta = p.gate_beta[tj];
+        const std::int64_t t = cb + i, tj = t * p.HV + j;
+        const float qs = qs_all[i * threads + row];
+        const float kk = ks[i * threads + row];
+        const float alpha = alphas[i];
+        const float beta = betas[i];
         // The read o = S^T qs: dS += qs dO^T, dqs = S_t dO with S_t = Sd + k u^T.
         float dqs = 0.f;
         float x[W], du[W];
 #pragma unroll
         for (int w = 0; w < W; ++w) {
-          const float dO = w < columns ? load_float(p.dO, p.input_type, tj * p.V + c0 + w) : 0.f;
+          const float dO = dos[i * W + w];
           const float St = fmaf(kk, us[i * W + w], Sd[i][w]);
           dS[w] = fmaf(qs, dO, dS[w]);
           dqs = fmaf(St, dO, dqs);
@@ -325,10 +403,7 @@ __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardPa
         if (row == 0) {
           float dbeta = 0.f;
 #pragma unroll
-          for (int w = 0; w < W; ++w) {
-            const float vv = w < columns ? load_float(p.v, p.input_type, tj * p.V + c0 + w) : 0.f;
-            dbeta = fmaf(du[w], vv - ps[i * W + w], dbeta);
-          }
+          for (int w = 0; w < W; ++w) dbeta = fmaf(du[w], vs[i * W + w] - ps[i * W + w], dbeta);
           p.part_dbeta[part] = dbeta;
         }
       }
@@ -445,10 +520,25 @@ void check_launch(const char* what) {
     throw std::runtime_error(std::string("gdn::cuda: launching ") + what + ": " + cudaGetErrorString(code));
 }
 
+template <typename In>
+void launch_sweep(const BackwardParams& p, std::size_t shared, cudaStream_t stream) {
+  const cudaError_t attribute = cudaFuncSetAttribute(backward_sweep<In>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(shared));
+  if (attribute != cudaSuccess)
+    throw std::runtime_error(std::string("gdn::cuda: cudaFuncSetAttribute(backward_sweep): ") +
+                             cudaGetErrorString(attribute));
+  if (p.N > 0) {
+    const dim3 grid(static_cast<unsigned>(static_cast<std::int64_t>(p.N) * p.tiles), static_cast<unsigned>(p.HV));
+    backward_sweep<In><<<grid, p.threads, shared, stream>>>(p);
+    check_launch("backward_sweep");
+  }
+}
+
 }  // namespace
 
 std::size_t backward_sweep_shared_bytes(int threads) {
-  return sizeof(float) * (2 * kMaxWarps * W + kMaxWarps * C + 2 * C * W + (L / C) * W * static_cast<std::size_t>(threads));
+  return sizeof(float) * (2 * kMaxWarps * W + kMaxWarps * C + 4 * C * W + 2 * C +
+                          (2 * C + (L / C) * W) * static_cast<std::size_t>(threads));
 }
 
 void launch_backward_kernels(const BackwardParams& p, cudaStream_t stream) {
@@ -463,16 +553,9 @@ void launch_backward_kernels(const BackwardParams& p, cudaStream_t stream) {
     check_launch("prepare_gates");
   }
   const std::size_t shared = backward_sweep_shared_bytes(p.threads);
-  const cudaError_t attribute = cudaFuncSetAttribute(backward_sweep, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     static_cast<int>(shared));
-  if (attribute != cudaSuccess)
-    throw std::runtime_error(std::string("gdn::cuda: cudaFuncSetAttribute(backward_sweep): ") +
-                             cudaGetErrorString(attribute));
-  if (p.N > 0) {
-    const dim3 grid(static_cast<unsigned>(static_cast<std::int64_t>(p.N) * p.tiles), static_cast<unsigned>(p.HV));
-    backward_sweep<<<grid, p.threads, shared, stream>>>(p);
-    check_launch("backward_sweep");
-  }
+  if (p.input_type == static_cast<int>(ElementType::bf16)) launch_sweep<__nv_bfloat16>(p, shared, stream);
+  else if (p.input_type == static_cast<int>(ElementType::f16)) launch_sweep<__half>(p, shared, stream);
+  else launch_sweep<float>(p, shared, stream);
   if (tokens_heads > 0) {
     finish_qk<<<static_cast<unsigned>(tokens_heads), p.threads, 0, stream>>>(p);
     check_launch("finish_qk");
