@@ -31,6 +31,9 @@
 #             recurrent, decode, decode_streamed, chunked, single, backward; default all)
 # --site      a packed site folder (python/gpu/pack_site.sh's site.tar.xz: fla, flash-qla and
 #             their dependencies) put on PYTHONPATH for backward_peers
+# --tilelang-cache  a TileLang kernel cache packed as tlcache/ in a .tar.xz (a compile of FlashQLA's
+#             kernels brought back from an earlier call): backward_peers then times FlashQLA without
+#             compiling. Its kernels are keyed by their source, so a stale cache only costs compiles.
 # --out       where the archive and the logs go (default $OUT, else /tmp/out)
 #
 # What comes back: results-<kind>.tar.xz (the result set, to unpack into reports/results/) and
@@ -41,7 +44,7 @@ set -u -o pipefail
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 BIN="" PHASES="" CASES=1000 SAN_CASES=4 SEED=20261202 COMMIT=unknown WHEELS=.whl OUTDIR=${OUT:-/tmp/out}
-FUZZ_SECONDS=150 CAMPAIGN_PLAN=fla SITE="" ONLY="" BACKWARD_PEERS="fla_triton,flash_qla"
+FUZZ_SECONDS=150 CAMPAIGN_PLAN=fla SITE="" ONLY="" BACKWARD_PEERS="fla_triton,flash_qla" TL_CACHE=""
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -56,6 +59,7 @@ while [ $# -gt 0 ]; do
     --site) SITE=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --backward-peers) BACKWARD_PEERS=$2; shift 2 ;;
+    --tilelang-cache) TL_CACHE=$2; shift 2 ;;
     --out) OUTDIR=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "gpu_run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -131,6 +135,11 @@ WARM_BACKWARD=""
 if has backward_peers; then
   [ -f "$SITE" ] || { log "backward_peers: --site is required"; exit 2; }
   mkdir -p /tmp/bsite && tar -C /tmp/bsite -xJf "$SITE" || exit 3
+  if [ -n "$TL_CACHE" ]; then
+    tar -C /tmp -xJf "$TL_CACHE" || exit 3
+    export TILELANG_CACHE_DIR=/tmp/tlcache
+    log "backward_peers: TileLang cache from $TL_CACHE ($(du -sh /tmp/tlcache | cut -f1))"
+  fi
   if has suite || has sanitize; then
     log "backward_peers: warm-up in the background"
     ( for b in $BACKWARDS; do

@@ -268,18 +268,25 @@ def runs_table(provenance) -> str:
 
 
 def sanitizer_line(results, kind: str) -> str:
+    """One line per sanitize run (result file) of the kind: its tools' verdicts and the tests it ran."""
     entries = [s for s in results.sanitize if device_kind(s["source"]) == kind]
     if not entries:
         return f"- {kind}: not measured (no sanitize.json)"
-    parts = []
-    for s in entries:
-        if not s.get("run"):
-            parts.append(f"{s['tool']} not run")
-            continue
-        count = f"{s['hazards']} hazards" if "hazards" in s else f"{_cell(s.get('errors'))} errors"
-        parts.append(f"{s['tool']} {count}, exit {_cell(s.get('exit_code'))}" + ("" if s.get("passed") else " **NOT CLEAN**"))
-    filters = sorted({s.get("filter") for s in entries if s.get("filter")})
-    return f"- {kind}: " + "; ".join(parts) + (f" (tests: {', '.join(filters)})" if filters else "")
+    lines = []
+    for source in sorted({s["source"] for s in entries}):
+        parts = []
+        run = [s for s in entries if s["source"] == source]
+        for s in run:
+            if not s.get("run"):
+                parts.append(f"{s['tool']} not run")
+                continue
+            count = f"{s['hazards']} hazards" if "hazards" in s else f"{_cell(s.get('errors'))} errors"
+            parts.append(f"{s['tool']} {count}, exit {_cell(s.get('exit_code'))}" +
+                         ("" if s.get("passed") else " **NOT CLEAN**"))
+        filters = sorted({f.strip() for s in run for f in str(s.get("filter") or "").split(";") if f.strip()})
+        lines.append(f"- {kind}, `{Path(source).name}`: " + "; ".join(parts) +
+                     (f" (tests: {'; '.join(filters)})" if filters else ""))
+    return "\n".join(lines)
 
 
 def details(results, kind: str) -> str:
