@@ -67,13 +67,15 @@
 // The sequence split's affine pass has no P Vnew (WgPlan<..., kAffine>: no Vnew lo tile).
 // fp32 inputs use plain fp32 FMAs in the same fragment layout (no TF32; the record holds T in
 // fp32, no lo part).
-// Known defect (fp16, default and split modes; the single mode is not affected): the decayed
-// Vnew, diag(e_end r) Vnew, is split into fp16 hi + lo for the state update, and e_end =
-// exp(gamma_c - gamma_i) has no lower bound, so rows below fp16's range (6e-8) flush to zero.
-// When such rows carry the whole state (the chunk's last tokens with zero keys after strong
-// decays) hT comes out 0 against a reference of about 1e-12: relative error 1. The fuzzer found
-// it (reports/results/h100/fuzz_chunked/failures); bf16 has fp32's exponent range and is not
-// affected. The fix to make: a per-chunk power-of-two scale of that operand, undone in fp32.
+// Known defect (fp16): the decayed Vnew, diag(e_end r) Vnew, is an fp16 operand of the state
+// update (hi + lo, or hi alone in the single mode), and e_end = exp(gamma_c - gamma_i) has no
+// lower bound, so rows below fp16's range (6e-8) flush to zero. When such rows carry the whole
+// state (the chunk's last tokens with zero keys after strong decays) hT comes out 0 against a
+// reference of about 1e-12: relative error 1. The fuzzer found it in the default and split
+// modes (reports/results/h100/fuzz_chunked/failures); the single mode does the same, but its
+// design model rounds the same operand to fp16 and flushes it too, so its verdict passes. bf16
+// has fp32's exponent range and is not affected. The fix to make: a per-chunk power-of-two
+// scale of that operand, undone in fp32 on the state.
 // Each output element is reduced over k in one fixed order that does not depend on the V tile,
 // the warp layout or the batch: the V tile (chosen from the batch shape) changes no bit of any
 // output. A prepass record depends only on its (chunk, head): the batch changes none of its bits
