@@ -155,3 +155,41 @@ TEST_CASE("operand model: single_qk rounds the normalised q, k, which is o's err
   CHECK(single < 0x1p-8);
   CHECK(stored > 2 * single);
 }
+
+TEST_CASE("operand model: fp16 operands flush a state below their range to zero, as the kernel did",
+          "[operand_model]") {
+  // The shape of the fp16 failure the fuzzer found on the GPU (reports/results/h100/
+  // fuzz_chunked/failures; chunked_kernel.cuh, "Known defect"): three tokens of strong decay
+  // and a last key of zero, so the state at the end is made only of rows decayed to about
+  // 1e-12, below fp16's smallest subnormal. The model of the kernel's operands gives the
+  // kernel's hT, exactly zero, so a fix can be tried on the CPU first. It also says what does
+  // not fix it: one power-of-two scale per chunk of the decayed Vnew, because its largest row is
+  // the last token's (decay 1), whose key is zero.
+  auto decayed_case = [](DType dtype, Problem& p, Inputs& in) {
+    p = Problem::packed({3}, 1, 1, 16, 16);
+    p.input_dtype = dtype;
+    p.gate_dtype = DType::f32;
+    p.has_hT = true;
+    in = fuzz::make_inputs(p, {}, 7);
+    const double g[3] = {-21.0, -22.0, -28.5}, beta[3] = {1.5, 1.75, 0.75};
+    for (int t = 0; t < 3; ++t) {
+      in.g[t] = g[t];
+      in.beta[t] = beta[t];
+    }
+    for (int x = 0; x < p.K; ++x) in.k[2 * p.K + x] = 0.0;
+  };
+  Problem p;
+  Inputs in;
+  decayed_case(DType::f16, p, in);
+  const Outputs<double> exact = reference::sequential<double>(p, in);
+  double exact_max = 0;
+  for (std::int64_t i = 0; i < exact.hT.numel(); ++i) exact_max = std::max(exact_max, std::abs(exact.hT[i]));
+  REQUIRE(exact_max > 0);
+  REQUIRE(exact_max < 6e-8);
+  for (OperandRounding r : {OperandRounding::split_state_pv, OperandRounding::single})
+    CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, r).hT) == 1.0);
+  // The same case in bf16 (fp32's exponent range) keeps the state.
+  decayed_case(DType::bf16, p, in);
+  const Outputs<double> exact_bf16 = reference::sequential<double>(p, in);
+  CHECK(rel_rms(exact_bf16.hT, reference::emulate_operands(p, in, OperandRounding::split_state_pv).hT) < 1e-3);
+}

@@ -74,8 +74,12 @@
 // reference of about 1e-12: relative error 1. The fuzzer found it in the default and split
 // modes (reports/results/h100/fuzz_chunked/failures); the single mode does the same, but its
 // design model rounds the same operand to fp16 and flushes it too, so its verdict passes. bf16
-// has fp32's exponent range and is not affected. The fix to make: a per-chunk power-of-two
-// scale of that operand, undone in fp32 on the state.
+// has fp32's exponent range and is not affected. The operand model (reference/operand_model,
+// split_state_pv) gives the same zero on the CPU (operand_model_test), so a fix can be tried
+// there first. One power-of-two scale per chunk does not fix it: the largest decayed row is the
+// last token's (decay 1), here with a zero key. What would: the state update's operands in bf16
+// for fp16 inputs (k as bf16 hi + lo, a third product), or an exponent per row split between k
+// and the decayed Vnew.
 // Each output element is reduced over k in one fixed order that does not depend on the V tile,
 // the warp layout or the batch: the V tile (chosen from the batch shape) changes no bit of any
 // output. A prepass record depends only on its (chunk, head): the batch changes none of its bits
