@@ -30,6 +30,7 @@
 #include <string>
 
 #include "cuda/backward/backward_params.hpp"
+#include "cuda/common/element.cuh"
 #include "cuda/recurrent/recurrent_params.hpp"
 
 namespace gdn::cuda::detail {
@@ -163,17 +164,6 @@ __device__ __forceinline__ std::int64_t state_index(const BackwardParams& p, int
   const std::int64_t head = static_cast<std::int64_t>(n) * p.HV + j;
   return p.v_major ? (head * p.V + column) * p.K + row : (head * p.K + row) * p.V + column;
 }
-
-// An input element as fp32, the dtype known at compile time (the sweep is instantiated per
-// input dtype, so that its loads carry no per-element switch).
-template <typename In>
-__device__ __forceinline__ float to_float(In x);
-template <>
-__device__ __forceinline__ float to_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
 
 template <typename In>
 __global__ void __launch_bounds__(kBackwardMaxThreads) backward_sweep(BackwardParams p) {

@@ -94,6 +94,7 @@
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/chunked/chunked_params.hpp"
+#include "cuda/common/element.cuh"
 #include "cuda/faults/planted_faults.hpp"
 
 namespace gdn::cuda::detail::chunked {
@@ -123,10 +124,6 @@ struct Elem<__half> {
   static constexpr bool split_pv = true;
   static constexpr int pad = 8;
 };
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
 template <class E>
 __device__ __forceinline__ E from_float(float x);
