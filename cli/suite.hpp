@@ -4,7 +4,8 @@
 // dtype, every gate regime, beta up to 2, fused gates, both state layouts, the state cache with
 // padding rows, shared and out-of-order slots, decode batches of Ts = 1, C - 1, C, C + 1,
 // per-token states, lengths 0, 1, C - 1, C, C + 1 at the start, middle and end of a pack for
-// C = 64 and 37), and the golden vectors of public implementations, built into the binary.
+// C = 64 and 37, zero keys ending sequences after strong decays), and the golden vectors of
+// public implementations, built into the binary.
 // Each feature a registered implementation supports is in at least two cases of different
 // shapes (cli/suite_test.cpp checks it against the registry).
 #include <cstddef>

@@ -25,6 +25,7 @@ std::string describe(const InputOptions& options) {
     << " unit_keys=" << (options.unit_keys ? "true" : "false") << " state_scale=" << options.state_scale
     << " padding_fraction=" << options.padding_fraction;
   if (options.small_norms) s << " small_norms=true";
+  if (options.zero_key_tail != 0) s << " zero_key_tail=" << options.zero_key_tail;
   return s.str();
 }
 

@@ -77,6 +77,12 @@ Inputs make_inputs(const Problem& problem, const InputOptions& options, std::uin
   }
   reference::round_in_place(dt, in.k);
   in.v = normal_tensor(problem.v_shape(), 1.0, dt, rng);
+  if (options.zero_key_tail > 0)
+    for (int n = 0; n < problem.N(); ++n) {
+      const std::int64_t end = problem.seq_begin(n) + problem.seq_len(n);
+      const std::int64_t from = std::max(problem.seq_begin(n), end - options.zero_key_tail);
+      std::fill(in.k.data() + from * problem.H * problem.K, in.k.data() + end * problem.H * problem.K, 0.0);
+    }
 
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   auto draw_g = [&]() -> double {

@@ -32,6 +32,11 @@ struct InputOptions {
   // decides the normalised value: with N(0, 1) rows (|x|^2 ~ K) it never matters, and an
   // implementation that places it wrongly stays within every budget.
   bool small_norms = false;
+  // The last zero_key_tail tokens of every sequence get keys of exactly zero (every head, after
+  // the draws, so the rest of the case is as without it). After strong decays such a tail
+  // leaves a final state made only of rows decayed far below fp16's range: the case where an
+  // fp16 operand of the state update flushed (cuda/chunked/chunked_kernel.cuh).
+  int zero_key_tail = 0;
 };
 
 // Deterministic in (problem, options, seed). Fills exactly the tensors the problem needs.

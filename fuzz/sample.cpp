@@ -9,8 +9,11 @@
 namespace gdn::fuzz {
 
 nlohmann::json to_json(const InputOptions& o) {
-  return {{"regime", gate_regime_name(o.regime)}, {"beta_max", o.beta_max}, {"unit_keys", o.unit_keys},
-          {"state_scale", o.state_scale}, {"padding_fraction", o.padding_fraction}, {"small_norms", o.small_norms}};
+  nlohmann::json j = {{"regime", gate_regime_name(o.regime)}, {"beta_max", o.beta_max}, {"unit_keys", o.unit_keys},
+                      {"state_scale", o.state_scale}, {"padding_fraction", o.padding_fraction},
+                      {"small_norms", o.small_norms}};
+  if (o.zero_key_tail != 0) j["zero_key_tail"] = o.zero_key_tail;  // absent: 0, as files written before it
+  return j;
 }
 
 InputOptions input_options_from_json(const nlohmann::json& j) {
@@ -23,6 +26,9 @@ InputOptions input_options_from_json(const nlohmann::json& j) {
   o.padding_fraction = j.at("padding_fraction").get<double>();
   // Absent in files written before the small-norm regime existed: those cases were drawn without it.
   o.small_norms = j.contains("small_norms") ? j.at("small_norms").get<bool>() : false;
+  o.zero_key_tail = j.contains("zero_key_tail") ? j.at("zero_key_tail").get<int>() : 0;
+  if (o.zero_key_tail < 0)
+    throw std::invalid_argument("input_options: zero_key_tail must be >= 0, got " + std::to_string(o.zero_key_tail));
   return o;
 }
 

@@ -26,6 +26,8 @@ OperandSplits OperandSplits::of(OperandRounding rounding, DType dtype) {
   if (rounding == OperandRounding::split_state) s.s0_in_qs = false;
   if (rounding == OperandRounding::split_state_pv) s.s0_in_qs = false, s.vnew_in_pv = true;
   if (rounding == OperandRounding::s0_once) s.s0_in_qs = s.s0_in_ks = false, s.vnew_in_pv = true;
+  s.scaled_state_update = dtype == DType::f16 && rounding != OperandRounding::single &&
+                          rounding != OperandRounding::single_qk;
   return s;
 }
 
@@ -119,7 +121,24 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, c
           e_start[i] = segment[i] < 0 ? std::exp(static_cast<float>(gamma[i])) : 0.f;
           e_end[i] = segment[i] == segment[c - 1] ? std::exp(static_cast<float>(gamma[c - 1] - gamma[i])) : 0.f;
         }
-        const float decay = e_start[c - 1];
+        float decay = e_start[c - 1], unscale = 1.f;
+        if (splits.scaled_state_update && dtype == DType::f16) {
+          // The kernel's exponent of the state update (rescale_state_update), from the raw keys.
+          std::vector<bool> live(c);
+          float largest = 0.f;
+          for (int i = 0; i < c; ++i) {
+            live[i] = (Kc.row(i).array() != 0.f).any();
+            if (live[i]) largest = std::max(largest, e_end[i]);
+          }
+          int m = 0;
+          if (largest > 0.f && largest < 1.f) m = std::min(126, -std::ilogb(largest));
+          if (m > 0) {
+            const float up = std::ldexp(1.f, m);
+            for (int i = 0; i < c; ++i) e_end[i] = live[i] ? e_end[i] * up : 0.f;
+            decay *= up;
+            unscale = std::ldexp(1.f, -m);
+          }
+        }
         const auto Qv = Q.topRows(c);
         const auto Kv = Kc.topRows(c);
         const auto Vv = Vc.topRows(c);
@@ -175,6 +194,7 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, c
         S *= decay;
         S += Kv.transpose() * Vd_hi;
         S += Kv.transpose() * Vd_lo;
+        if (unscale != 1.f) S *= unscale;
       }
       if (problem.has_hT) store_state(problem, S, row, j, out.hT.data());
     }

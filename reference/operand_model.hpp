@@ -49,6 +49,14 @@ struct OperandSplits {
   // Not a split: the l2-normalised q, k rounded to the input dtype and used as the operands
   // (single_qk); false: raw q, k operands with the norms as fp32 scales, as our kernel does.
   bool qk_stored = false;
+  // fp16 only, not a split: the state update's exponent, as the kernel's prepass sets it
+  // (cuda/chunked/chunked_kernel.cuh, rescale_state_update): e_end and the chunk decay at 2^m,
+  // m bringing the largest e_end of a nonzero key into [1, 2), zero keys' rows at 0 when m > 0,
+  // the updated state times 2^-m. Without it the decayed Vnew flushes below fp16's range where
+  // the chunk's last keys are zero after strong decays, and the state with it (the kernel's
+  // fp16 defect before the fix). On in the presets of our kernel's designs (split, split_state,
+  // split_state_pv, s0_once); single and single_qk model other kernels and keep the flush.
+  bool scaled_state_update = false;
   // The presets: split (vnew_in_pv for fp16 only), every operand once, split with S0 hi only
   // in Q S0, that with Vnew split in P Vnew (the kernel's design), s0_once, and single_qk
   // (every operand once, q and k normalised and stored).

@@ -156,15 +156,16 @@ TEST_CASE("operand model: single_qk rounds the normalised q, k, which is o's err
   CHECK(stored > 2 * single);
 }
 
-TEST_CASE("operand model: fp16 operands flush a state below their range to zero, as the kernel did",
+TEST_CASE("operand model: fp16's state update takes its exponent, so a state below fp16's range is kept",
           "[operand_model]") {
   // The shape of the fp16 failure the fuzzer found on the GPU (reports/results/h100/
-  // fuzz_chunked/failures; chunked_kernel.cuh, "Known defect"): three tokens of strong decay
-  // and a last key of zero, so the state at the end is made only of rows decayed to about
-  // 1e-12, below fp16's smallest subnormal. The model of the kernel's operands gives the
-  // kernel's hT, exactly zero, so a fix can be tried on the CPU first. It also says what does
-  // not fix it: one power-of-two scale per chunk of the decayed Vnew, because its largest row is
-  // the last token's (decay 1), whose key is zero.
+  // fuzz_chunked/failures; chunked_kernel.cuh, "fp16's state update and its exponent"): three
+  // tokens of strong decay and a last key of zero, so the state at the end is made only of rows
+  // decayed to about 1e-12, below fp16's smallest subnormal. Without the exponent the model of
+  // the kernel's operands gives what the kernel gave, hT exactly zero; with it (the kernel's
+  // design now) the state is kept. single (other kernels' design) still flushes. The exponent is
+  // taken from the nonzero keys: the largest decayed row is the last token's (decay 1), whose
+  // key is zero, so a scale from all rows would change nothing.
   auto decayed_case = [](DType dtype, Problem& p, Inputs& in) {
     p = Problem::packed({3}, 1, 1, 16, 16);
     p.input_dtype = dtype;
@@ -186,8 +187,21 @@ TEST_CASE("operand model: fp16 operands flush a state below their range to zero,
   for (std::int64_t i = 0; i < exact.hT.numel(); ++i) exact_max = std::max(exact_max, std::abs(exact.hT[i]));
   REQUIRE(exact_max > 0);
   REQUIRE(exact_max < 6e-8);
-  for (OperandRounding r : {OperandRounding::split_state_pv, OperandRounding::single})
-    CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, r).hT) == 1.0);
+  reference::OperandSplits unscaled = reference::OperandSplits::of(OperandRounding::split_state_pv, DType::f16);
+  REQUIRE(unscaled.scaled_state_update);
+  unscaled.scaled_state_update = false;
+  CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, unscaled).hT) == 1.0);
+  CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::single).hT) == 1.0);
+  const double kept = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::split_state_pv).hT);
+  INFO("fp16 split_state_pv hT rel_rms " << kept);
+  CHECK(kept < 1e-5);  // hi + lo fp16 operands: about 2^-22 each, a few of them
+  // With the last key nonzero the exponent is 0 and changes nothing: the two agree bit for bit.
+  Inputs live = in;
+  for (int x = 0; x < p.K; ++x) live.k[2 * p.K + x] = 0.25;
+  const Outputs<double> a = reference::emulate_operands(p, live, OperandRounding::split_state_pv);
+  const Outputs<double> b = reference::emulate_operands(p, live, unscaled);
+  CHECK(a.hT.storage() == b.hT.storage());
+  CHECK(a.o.storage() == b.o.storage());
   // The same case in bf16 (fp32's exponent range) keeps the state.
   decayed_case(DType::bf16, p, in);
   const Outputs<double> exact_bf16 = reference::sequential<double>(p, in);

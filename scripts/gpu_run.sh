@@ -22,7 +22,9 @@
 #   campaign  the CLI as a user runs it: `conformance` with every kernel, a `fuzz` campaign of the
 #             kernels, fla's functions generated / adapted / verified -> campaign/
 #   fuzz      the CLI's fuzz of every chunked mode (cuda.chunked_prefill, .split1, .single) on the
-#             chunked space, --fuzz-seconds each, the modes side by side in 4 shards each
+#             kernel's own space (--preset chunked_prefill, V up to 256; bf16/fp16 for .split1 and
+#             .single, which take no fp32), --fuzz-seconds each, the modes side by side in 4
+#             shards each; the cases come from --seed
 #             -> fuzz_chunked/<mode>.json and the failures' case files
 # --fuzz-seconds, --campaign-plan   the campaign's and the fuzz phase's fuzz time (150) and the
 #             campaign's case plan (fla: make_cases.py)
@@ -85,13 +87,18 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
 case $GPU in *H200*) KIND=h200 ;; *H100*) KIND=h100 ;; *) KIND=$(echo "$GPU" | tr -cd 'A-Za-z0-9' | tr A-Z a-z) ;; esac
 DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-SET=/tmp/gdn_results/$KIND
-rm -rf /tmp/gdn_results && mkdir -p "$SET"
+# Per invocation, so that two runs side by side (the fuzz beside the suite) keep their results.
+ROOT=/tmp/gdn_results.$$
+SET=$ROOT/$KIND
+rm -rf "$ROOT" && mkdir -p "$SET"
 LOG=$OUTDIR/run.log
 : > "$LOG"
 log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
 log "device: $GPU (driver $DRIVER) -> results/$KIND; commit $COMMIT; phases $PHASES"
-CMDLINE="bash scripts/gpu_run.sh --phases $PHASES --cases $CASES --sanitize-cases $SAN_CASES --seed $SEED${ONLY:+ --only $ONLY}"
+CMDLINE="bash scripts/gpu_run.sh --phases $PHASES"
+(has suite || has sanitize || has accuracy) && CMDLINE="$CMDLINE --cases $CASES"
+has sanitize && CMDLINE="$CMDLINE --sanitize-cases $SAN_CASES"
+CMDLINE="$CMDLINE --seed $SEED${ONLY:+ --only $ONLY}"
 has fuzz && CMDLINE="$CMDLINE --fuzz-seconds $FUZZ_SECONDS"
 has backward_peers && CMDLINE="$CMDLINE --backward-peers $BACKWARD_PEERS"
 # Provenance every tool records (benchmarks as context, tests and peers in their JSON).
@@ -175,9 +182,18 @@ if has sanitize; then
   # Two filters a tool: the recurrent and decode kernels on their common properties, and the
   # chunked kernel's paths (trace, split, transposed tile, invariance, single mode) at fewer
   # cases (its instances are large under racecheck).
-  SAN_FILTERS=("~[chunked]~[properties]" "[trace],[split],[transposed],[chunked][invariance],[single][conformance]")
-  [ -n "$ONLY" ] && SAN_FILTERS=("$(for f in ${ONLY//,/ }; do printf '[%s],' "$f"; done | sed 's/,$//')")
+  CHUNKED_SAN="[trace],[split],[transposed],[chunked][invariance],[single][conformance],[flush]"
+  SAN_FILTERS=("~[chunked]~[properties]" "$CHUNKED_SAN")
+  if [ -n "$ONLY" ]; then
+    # The chunked family and its single mode: the chunked filter above (the whole [chunked] tag
+    # is too large under racecheck); the other families whole.
+    others=$(for f in ${ONLY//,/ }; do [ $f = chunked ] || [ $f = single ] || printf '[%s],' "$f"; done | sed 's/,$//')
+    SAN_FILTERS=()
+    [ -n "$others" ] && SAN_FILTERS+=("$others")
+    (wanted chunked || wanted single) && SAN_FILTERS+=("$CHUNKED_SAN")
+  fi
   SAN_COUNTS=("$SAN_CASES" "$(( SAN_CASES > 2 ? SAN_CASES / 2 : 1 ))")
+  [ "${SAN_FILTERS[0]}" = "$CHUNKED_SAN" ] && SAN_COUNTS=("$(( SAN_CASES > 2 ? SAN_CASES / 2 : 1 ))")
   for tool in $TOOLS; do
     log "sanitize: $tool"
     extra=""
@@ -194,7 +210,7 @@ if has sanitize; then
 fi
 # The archive is rewritten after every phase: a call stopped at its time limit still returns
 # what finished.
-pack_results() { tar -C /tmp/gdn_results -cJf "$OUTDIR/results-$KIND.tar.xz.tmp" "$KIND" &&
+pack_results() { tar -C "$ROOT" -cJf "$OUTDIR/results-$KIND.tar.xz.tmp" "$KIND" &&
                  mv "$OUTDIR/results-$KIND.tar.xz.tmp" "$OUTDIR/results-$KIND.tar.xz"; }
 wait_phase() { while kill -0 "$1" 2>/dev/null; do sleep 5; done; }
 if has suite; then
@@ -269,7 +285,7 @@ if has bench; then
     wanted $family || continue
     [ -x "$BIN/cuda_${family}_bench" ] || { log "bench: $family not in the binaries"; continue; }
     log "bench: $family"
-    limit=200; [ $family = decode ] && limit=300
+    limit=200; [ $family = decode ] && limit=300; [ $family = chunked ] && limit=280
     timeout $limit "$BIN/cuda_${family}_bench" --benchmark_out="$SET/bench_$family.json" --benchmark_out_format=json \
       --benchmark_counters_tabular=true "${CONTEXT[@]}" 2>&1 | grep -vE "^\s*$" >> "$LOG"
     echo "bench $family exit $?" | tee -a "$LOG"
@@ -381,16 +397,20 @@ fi
 
 if has fuzz; then
   # The chunked modes fuzzed side by side (the references run on the CPU, 16 cores there), each
-  # on the chunked kernel's space: K in multiples of 16 up to 128, V up to 256.
+  # on the chunked kernel's space (fuzz::CaseSpace::chunked_prefill: K and V multiples of 16,
+  # dense k-major states, no per-token states) with V up to 256, so that no time goes to cases
+  # the kernel does not take.
   CLI=$BIN/gdn-testbed
   RAW=/tmp/fuzz_chunked
   rm -rf "$RAW" && mkdir -p "$RAW" "$SET/fuzz_chunked/failures"
   MODES="cuda.chunked_prefill cuda.chunked_prefill.split1 cuda.chunked_prefill.single"
   log "fuzz: $MODES, ${FUZZ_SECONDS}s each, 4 shards each"
   for mode in $MODES; do
+    DTYPES=""
+    [ "$mode" != cuda.chunked_prefill ] && DTYPES="--dtypes bf16,f16"
     for i in 0 1 2 3; do
       timeout $((FUZZ_SECONDS + 90)) "$CLI" fuzz --impl "$mode" --seed $((SEED + 2000)) --seconds "$FUZZ_SECONDS" \
-        --shard "$i/4" --max-K 128 --K-multiple 16 --max-V 256 --max-work 4e6 --max-failures 4 --quiet \
+        --shard "$i/4" --preset chunked_prefill --max-V 256 --max-work 4e6 $DTYPES --max-failures 4 --quiet \
         --out "$RAW/$mode" > "$RAW/$mode.$i.log" 2>&1 &
     done
   done

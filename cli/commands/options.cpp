@@ -126,7 +126,8 @@ void add_budget(CLI::App& app, BudgetChoice* budget, const std::string& when_abs
 
 fuzz::CaseSpace SpaceOptions::space() const {
   auto given = [](const CLI::Option* option) { return option != nullptr && option->count() > 0; };
-  const bool from_file = given(file_option);
+  const bool from_file = given(file_option), from_preset = given(preset_option);
+  if (from_file && from_preset) throw UsageError("--space and --preset: give one of them, not both");
   fuzz::CaseSpace s = fuzz::CaseSpace::chunked(64);
   if (from_file) {
     nlohmann::json j;
@@ -142,20 +143,41 @@ fuzz::CaseSpace SpaceOptions::space() const {
       throw UsageError("--space " + file + ": " + e.what());
     }
   }
-  // Without a file every flag applies (its default too); with one, only those given.
-  if (!from_file || given(max_K_option)) s.max_K = static_cast<int>(max_K);
-  if (!from_file || given(max_V_option)) s.max_V = static_cast<int>(max_V);
-  if (!from_file || given(K_multiple_option)) s.K_multiple = static_cast<int>(K_multiple);
+  if (from_preset) {
+    try {
+      s = fuzz::case_space_from_json(nlohmann::json{{"preset", preset}});
+    } catch (const std::exception& e) {
+      throw UsageError("--preset " + preset + ": " + e.what());
+    }
+  }
+  if (given(dtypes_option)) {
+    std::vector<DType> list;
+    std::string item;
+    std::istringstream in(dtypes);
+    while (std::getline(in, item, ',')) {
+      DType d{};
+      if (!parse_dtype(item, &d) || d == DType::f64)
+        throw UsageError("--dtypes: each must be f32, bf16 or f16, got '" + item + "'");
+      list.push_back(d);
+    }
+    if (list.empty()) throw UsageError("--dtypes: names no dtype, got '" + dtypes + "'");
+    s.input_dtypes = list;
+  }
+  // Without a file or preset every flag applies (its default too); with one, only those given.
+  const bool from_file_or_preset = from_file || from_preset;
+  if (!from_file_or_preset || given(max_K_option)) s.max_K = static_cast<int>(max_K);
+  if (!from_file_or_preset || given(max_V_option)) s.max_V = static_cast<int>(max_V);
+  if (!from_file_or_preset || given(K_multiple_option)) s.K_multiple = static_cast<int>(K_multiple);
   if (s.K_multiple > s.max_K) throw UsageError("--K-multiple must be at most --max-K");
-  if (!from_file || given(max_tokens_option)) s.max_tokens = max_tokens;
-  if (!from_file || given(max_sequences_option)) s.max_sequences = static_cast<int>(max_sequences);
-  if (!from_file || given(max_work_option)) s.max_work = max_work;
-  if (!from_file || given(intermediate_option)) s.intermediate_states = intermediate;
-  if (from_file) {
+  if (!from_file_or_preset || given(max_tokens_option)) s.max_tokens = max_tokens;
+  if (!from_file_or_preset || given(max_sequences_option)) s.max_sequences = static_cast<int>(max_sequences);
+  if (!from_file_or_preset || given(max_work_option)) s.max_work = max_work;
+  if (!from_file_or_preset || given(intermediate_option)) s.intermediate_states = intermediate;
+  if (from_file_or_preset) {
     try {
       fuzz::check_space(s);
     } catch (const std::exception& e) {
-      throw UsageError("--space " + file + " with the flags given: " + e.what());
+      throw UsageError((from_file ? "--space " + file : "--preset " + preset) + " with the flags given: " + e.what());
     }
   }
   return s;
@@ -167,6 +189,16 @@ void add_space_options(CLI::App& app, SpaceOptions* space) {
       app.add_option("--space", space->file,
                      "the case space as JSON (gdn-case-space/1, docs/python.md); the flags below override its fields")
           ->type_name("FILE")
+          ->group(group);
+  space->preset_option =
+      app.add_option("--preset", space->preset,
+                     "start from a preset space instead: everything, chunked, recurrent_prefill, decode, "
+                     "chunked_prefill (the CUDA kernels' spaces, fuzz/generators.hpp); the flags below override it")
+          ->type_name("NAME")
+          ->group(group);
+  space->dtypes_option =
+      app.add_option("--dtypes", space->dtypes, "comma-separated input dtypes every case takes (f32, bf16, f16)")
+          ->type_name("LIST")
           ->group(group);
   space->max_K_option = add_integer(app, "--max-K", &space->max_K, 1, INT_MAX, "largest key head size K")->group(group);
   space->max_V_option = add_integer(app, "--max-V", &space->max_V, 1, INT_MAX, "largest value head size V")->group(group);

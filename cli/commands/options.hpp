@@ -43,19 +43,23 @@ struct BudgetChoice {
 void add_budget(CLI::App& app, BudgetChoice* budget, const std::string& when_absent);
 
 // The case distribution of fuzz::gen_case, narrowed by the command line (fuzz, generate).
-// Without --space FILE: CaseSpace::chunked(64) with the flags' values (defaults included).
-// With it: the file's space (gdn-case-space/1, fuzz/sample.hpp, the form the Python package's
-// CaseSpace writes), and only the flags given on the command line override its fields.
+// Without --space FILE or --preset NAME: CaseSpace::chunked(64) with the flags' values (defaults
+// included). With a file: the file's space (gdn-case-space/1, fuzz/sample.hpp, the form the
+// Python package's CaseSpace writes); with a preset: that preset (fuzz::CaseSpace, e.g.
+// chunked_prefill, the space a kernel takes, so a fuzz of it spends no time on SKIPPED cases).
+// Either way only the flags given on the command line override its fields. --dtypes pins the
+// input dtypes in every case.
 struct SpaceOptions {
   long long max_K = 128, max_V = 128, K_multiple = 1, max_tokens = 1024;
   long long max_sequences = fuzz::CaseSpace::chunked(64).max_sequences;
   double max_work = 1.0e6;
   bool intermediate = false;
-  std::string file;
+  std::string file, preset, dtypes;
   // Set by add_space_options: which flags the command line gave.
   CLI::Option *max_K_option = nullptr, *max_V_option = nullptr, *K_multiple_option = nullptr,
               *max_tokens_option = nullptr, *max_sequences_option = nullptr, *max_work_option = nullptr,
-              *intermediate_option = nullptr, *file_option = nullptr;
+              *intermediate_option = nullptr, *file_option = nullptr, *preset_option = nullptr,
+              *dtypes_option = nullptr;
   // Chunked implementations cannot serve per-token states, so those stay off unless asked for.
   // Throws UsageError naming --space (an unreadable or invalid file) or the flag.
   fuzz::CaseSpace space() const;

@@ -1,5 +1,5 @@
 // Chunked prefill benchmark on the peer shapes (those cuda/peers/fla_chunk.py times): bf16
-// q/k/v, fp32 g/beta, K = V = 128, in-kernel l2norm, dense fp32 h0 read and hT written.
+// q/k/v (fp16 in the _f16 rows), fp32 g/beta, K = V = 128, in-kernel l2norm, dense fp32 h0 read and hT written.
 // CUDA-event time of one chunked_prefill call (its kernels: offsets, prepass, [affine pass,
 // combine,] output pass) per iteration (host-side checks included, as in the recurrent
 // benchmarks), median-friendly repetitions via Google Benchmark's manual time. Counters:
@@ -150,7 +150,7 @@ std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const 
   return times;
 }
 
-void run_chunked(benchmark::State& state, ChunkedOptions options);
+void run_chunked(benchmark::State& state, ChunkedOptions options, DType dtype = DType::bf16);
 
 // One V tile (long_value_tile -1) and the given tile and split (0: unsplit, -1 automatic, -2 by
 // the heads): what each configuration is worth.
@@ -165,6 +165,14 @@ void BM_chunked(benchmark::State& state) {
 // ChunkedOptions{} untouched: what a caller gets (the split by the heads, two V tiles where the
 // plan takes them). The speed report quotes these rows as ours.
 void BM_chunked_default(benchmark::State& state) { run_chunked(state, ChunkedOptions{}); }
+// The same shapes with fp16 q, k, v (fp16 has its own instances: V tiles up to 64 at K 128, Vnew
+// split in P Vnew, the state update's exponent), default and single rounding.
+void BM_chunked_f16_default(benchmark::State& state) { run_chunked(state, ChunkedOptions{}, DType::f16); }
+void BM_chunked_f16_single(benchmark::State& state) {
+  ChunkedOptions options;
+  options.rounding = ChunkedRounding::single;
+  run_chunked(state, options, DType::f16);
+}
 
 // ChunkedRounding::single (every computed operand rounded once, as fla's kernels do), else the
 // defaults: the speed report quotes these rows as the single mode beside the default rows.
@@ -195,17 +203,19 @@ void BM_chunked_two_tiles(benchmark::State& state) {
   run_chunked(state, options);
 }
 
-void run_chunked(benchmark::State& state, ChunkedOptions options) {
+void run_chunked(benchmark::State& state, ChunkedOptions options, DType dtype) {
   const PeerShape& shape = peer_shapes().at(static_cast<std::size_t>(state.range(0)));
-  const Problem p = peer_problem(shape);
+  Problem p = peer_problem(shape);
+  p.input_dtype = dtype;
   state.SetLabel(shape.name);
   // One shape's buffers at a time (the largest take gigabytes); rows of one shape are adjacent.
   static std::int64_t current = -1;
   static std::unique_ptr<bench::DeviceProblem> device;
-  if (current != state.range(0)) {
+  const std::int64_t key = state.range(0) * 8 + static_cast<std::int64_t>(dtype);
+  if (current != key) {
     device.reset();
     device = std::make_unique<bench::DeviceProblem>(p, 7);
-    current = state.range(0);
+    current = key;
   }
   const DeviceTensors t = device->tensors();
   cudaStream_t stream;
@@ -310,6 +320,18 @@ BENCHMARK(BM_chunked_default)
     ->MinTime(0.2)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_chunked_single)
+    ->ArgNames({"shape"})
+    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
+    ->UseManualTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_chunked_f16_default)
+    ->ArgNames({"shape"})
+    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
+    ->UseManualTime()
+    ->MinTime(0.2)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_chunked_f16_single)
     ->ArgNames({"shape"})
     ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
     ->UseManualTime()

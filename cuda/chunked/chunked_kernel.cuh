@@ -67,19 +67,18 @@
 // The sequence split's affine pass has no P Vnew (WgPlan<..., kAffine>: no Vnew lo tile).
 // fp32 inputs use plain fp32 FMAs in the same fragment layout (no TF32; the record holds T in
 // fp32, no lo part).
-// Known defect (fp16): the decayed Vnew, diag(e_end r) Vnew, is an fp16 operand of the state
-// update (hi + lo, or hi alone in the single mode), and e_end = exp(gamma_c - gamma_i) has no
-// lower bound, so rows below fp16's range (6e-8) flush to zero. When such rows carry the whole
-// state (the chunk's last tokens with zero keys after strong decays) hT comes out 0 against a
-// reference of about 1e-12: relative error 1. The fuzzer found it in the default and split
-// modes (reports/results/h100/fuzz_chunked/failures); the single mode does the same, but its
-// design model rounds the same operand to fp16 and flushes it too, so its verdict passes. bf16
-// has fp32's exponent range and is not affected. The operand model (reference/operand_model,
-// split_state_pv) gives the same zero on the CPU (operand_model_test), so a fix can be tried
-// there first. One power-of-two scale per chunk does not fix it: the largest decayed row is the
-// last token's (decay 1), here with a zero key. What would: the state update's operands in bf16
-// for fp16 inputs (k as bf16 hi + lo, a third product), or an exponent per row split between k
-// and the decayed Vnew.
+// fp16's state update and its exponent: the decayed Vnew, diag(e_end r) Vnew, is an fp16
+// operand of the state update (hi + lo, or hi alone in the single mode), and e_end =
+// exp(gamma_c - gamma_i) has no lower bound, so rows below fp16's range (6e-8) flushed to zero.
+// When such rows carried the whole state (the chunk's last keys zero after strong decays) hT
+// came out 0 against a reference of about 1e-12: relative error 1 (the fuzzer's failure in the
+// default and split modes, reports/results/h100/fuzz_chunked). The prepass now takes e_end and
+// the chunk decay at 2^m, m bringing the largest e_end of a nonzero key into [1, 2), and the
+// forward multiplies the updated state by 2^-m (rescale_state_update): exact powers of two,
+// m = 0 (no bit changed) whenever the chunk's last key is nonzero. bf16 has fp32's exponent
+// range and needs none of it. The operand model (reference/operand_model, scaled_state_update)
+// does the same and keeps the state (operand_model_test). Still open: S0 as the fp16 operand of
+// K S0 and Q S0 flushes the same way once the state itself is below 6e-8 (unseen so far).
 // Each output element is reduced over k in one fixed order that does not depend on the V tile,
 // the warp layout or the batch: the V tile (chosen from the batch shape) changes no bit of any
 // output. A prepass record depends only on its (chunk, head): the batch changes none of its bits
@@ -436,7 +435,12 @@ struct PrepPlan {
   // idle, the warps waiting on the inverse's serial steps and the barriers around them).
   static constexpr std::size_t off_a = off_q + qkt_bytes;              // + head * f_bytes
   static constexpr std::size_t off_scalar = off_a + heads * f_bytes;    // + head * scalar_bytes
-  static constexpr std::size_t off_bar = off_scalar + heads * scalar_bytes;  // the copies' mbarrier
+  // fp16 only: which of the chunk's keys are nonzero (int per row), for the state update's
+  // exponent (rescale_state_update).
+  static constexpr bool live_keys = std::is_same_v<E, __half>;
+  static constexpr std::size_t off_live = off_scalar + heads * scalar_bytes;
+  static constexpr std::size_t live_bytes = live_keys ? align128(kC * 4) : 0;
+  static constexpr std::size_t off_bar = off_live + live_bytes;  // the copies' mbarrier
   static constexpr std::size_t bytes = off_bar + 8;
   // Three where shared memory allows (bf16/fp16; fp32's q, k tiles are twice as large: two).
   static constexpr int smem_blocks = int(kChunkedSmemPerSM / (bytes + kChunkedSmemReservedPerBlock));
@@ -788,6 +792,43 @@ __global__ void __launch_bounds__(kCombineThreads, 1) chunked_combine(const Chun
 
 // ----- the prepass --------------------------------------------------------------------------
 
+// fp16's state update, S_end = decay S0 + K^T diag(e_end r) Vnew, takes the decayed Vnew as an
+// fp16 operand, and e_end = exp(gamma_c - gamma_i) has no lower bound: where the chunk's last
+// keys are zero (their rows contribute nothing) and the decays before them are strong, every
+// row that does contribute lies below fp16's range (6e-8) and flushes, and the state comes out
+// 0 where it is about 1e-12 (the fuzzer's case, reports/results/h100/fuzz_chunked). So the
+// operand is taken at 2^m, with m the exponent that brings the largest e_end of a nonzero key
+// into [1, 2) (0 when that is already 1 or more, at most 126), and the sum comes back by 2^-m:
+//   S_end = 2^-m ((2^m decay) S0 + K^T diag(2^m e_end r) Vnew).
+// Powers of two: exact in fp32 wherever the values stay in its range, so with m = 0 (the last
+// key nonzero: e_end = 1) every bit is what it was. With m > 0 a zero key's row takes e_end = 0:
+// 2^m e_end could pass fp16's range there, and inf times its zero key is NaN. One warp per
+// head (the scanner), its rows 2 lane and 2 lane + 1; the maximum is exact, so the scale
+// depends only on the chunk. decay[1] receives 2^-m.
+__device__ __forceinline__ void rescale_state_update(float* e_end, float* decay, const int* live, int lane) {
+  const float a = live[2 * lane] ? e_end[2 * lane] : 0.f, b = live[2 * lane + 1] ? e_end[2 * lane + 1] : 0.f;
+  float largest = fmaxf(a, b);
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, d));
+  int m = 0;
+  if (largest > 0.f && largest < 1.f) {
+    const int biased = static_cast<int>((__float_as_uint(largest) >> 23) & 0xffu);  // 0: subnormal
+    m = biased == 0 ? 126 : (127 - biased < 126 ? 127 - biased : 126);
+  }
+  if (m == 0) {
+    if (lane == 0) decay[1] = 1.f;
+    return;
+  }
+  const float up = __uint_as_float(static_cast<unsigned>(127 + m) << 23);
+  const float down = __uint_as_float(static_cast<unsigned>(127 - m) << 23);
+  e_end[2 * lane] = live[2 * lane] ? e_end[2 * lane] * up : 0.f;
+  e_end[2 * lane + 1] = live[2 * lane + 1] ? e_end[2 * lane + 1] * up : 0.f;
+  if (lane == 0) {
+    decay[0] *= up;
+    decay[1] = down;
+  }
+}
+
 template <class E, int KP, int HEADS>
 __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
     chunked_prepare(const __grid_constant__ ChunkedParams p) {
@@ -998,11 +1039,30 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       rq[row] = 1.f;
       rk[row] = 1.f;
     }
+    if constexpr (L::live_keys) {  // any nonzero bit of the key's row but the signs (-0 is zero)
+      unsigned any = 0u;
+#pragma unroll
+      for (int m = 0; m < KP / 4; m += 8) {
+        const int col = part * (KP / 4) + m;
+        const int at = L::tma ? swizzled<128>(row, col) : row * ldk + col;
+        const uint4 w = *reinterpret_cast<const uint4*>(Ks + at);
+        any |= (w.x | w.y | w.z | w.w) & 0x7fff7fffu;
+      }
+#pragma unroll
+      for (int d = 1; d < 4; d <<= 1) any |= __shfl_xor_sync(0xffffffffu, any, d);
+      // Rows past the chunk's tokens may hold the next sequence's keys: not this chunk's.
+      if (part == 0) reinterpret_cast<int*>(smem + L::off_live)[row] = any != 0u && row < c ? 1 : 0;
+    }
   }
 #if GDN_KERNEL_FAULTS
   if (!GDN_PLANTED(p, chunked_prepass_barrier_removed))
 #endif
   __syncthreads();
+  if constexpr (L::live_keys) {
+    // Read next by the records, several barriers on: this warp's e_end, decay and scale only.
+    if (scanner)
+      rescale_state_update(een(my_head), chunk_decay(my_head), reinterpret_cast<const int*>(smem + L::off_live), lane);
+  }
 
   // --- phase 1: A = masked K K^T (fp32), P = masked Q K^T (input dtype), per head from one
   // product each ------------------------------------------------------------------------------
@@ -1240,7 +1300,8 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       gs[2 * kC + tid] = rk[tid];
       gs[3 * kC + tid] = est(head)[tid];
       gs[4 * kC + tid] = een(head)[tid];
-      gs[5 * kC + tid] = tid == 0 ? *chunk_decay(head) : 0.f;
+      // fp16: the state update's 2^-m after the chunk decay (rescale_state_update).
+      gs[5 * kC + tid] = tid == 0 ? *chunk_decay(head) : (tid == 1 && L::live_keys ? chunk_decay(head)[1] : 0.f);
     }
   }
 }

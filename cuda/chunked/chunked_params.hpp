@@ -94,7 +94,8 @@ constexpr int kChunkedChunk = 64;
 
 // One prepass record per (chunk, value head): T hi, T lo (bf16/fp16 only), P as 64 x 64 tiles of
 // the input dtype (rows of 64, unpadded), then 6 x 64 fp32 scalars (beta, r_q, r_k, e_start,
-// e_end, then the chunk decay and 63 zeros). A multiple of 128 bytes.
+// e_end, then the chunk decay, for fp16 the state update's 2^-m, and zeros; fp16's e_end and
+// decay are taken at 2^m: chunked_kernel.cuh, rescale_state_update). A multiple of 128 bytes.
 constexpr std::size_t chunked_record_bytes(std::size_t element_size, bool split) {
   return (split ? 3 : 2) * std::size_t(kChunkedChunk) * kChunkedChunk * element_size + 6 * kChunkedChunk * 4;
 }

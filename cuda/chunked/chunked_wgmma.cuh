@@ -458,6 +458,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
       e_end[half] = scalars_c[4 * kC + i];
     }
     const float decay = scalars_c[5 * kC];
+    // fp16: 2^-m of the state update's exponent (chunked_kernel.cuh, rescale_state_update).
+    const float unscale = std::is_same_v<E, __half> ? scalars_c[5 * kC + 1] : 1.f;
 
     // --- X = K S0 (S0 as hi + lo), O = Q S0 (S0 hi) -------------------------------------------
     float X[NT][4], O[NT][4];
@@ -629,6 +631,15 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
       wg::wait_group<1>();
 #pragma unroll
       for (int mh = 0; mh < MH; ++mh) wg::fence_operand(S[mh]);
+      if constexpr (std::is_same_v<E, __half>) {
+        if (unscale != 1.f)
+#pragma unroll
+          for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) S[mh][nt][e] *= unscale;
+      }
       GDN_PHASE(15);
     }
     if (debug && p.debug_S_end) {

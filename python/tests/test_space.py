@@ -79,3 +79,27 @@ def test_cli_generate_reads_the_same_space(tmp_path):
     r = subprocess.run([cli, "generate", "--out", str(tmp_path / "x"), "--space", str(tmp_path / "bad.json")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--space" in r.stderr + r.stdout and "K_values" in r.stderr + r.stdout
+
+
+@pytest.mark.skipif(not os.environ.get("GDN_TESTBED_CLI"), reason="GDN_TESTBED_CLI (the gdn-testbed binary) not set")
+def test_cli_preset_and_dtypes(tmp_path):
+    """--preset NAME draws from that preset (the cases CaseSpace(preset=NAME) gives), --dtypes pins
+    the input dtypes; bad values, and --preset beside --space, are usage errors naming the flag."""
+    cli = os.environ["GDN_TESTBED_CLI"]
+    out = tmp_path / "cases"
+    subprocess.run([cli, "generate", "--out", str(out), "--cases", "8", "--seed", "4", "--preset", "chunked_prefill",
+                    "--dtypes", "f16"], check=True, capture_output=True)
+    space = gt.CaseSpace("chunked_prefill", dtypes="f16")
+    files = sorted(out.glob("case-*.safetensors"))
+    assert len(files) == 8
+    for index, path in enumerate(files):
+        p = gt.read_case_file(path).problem
+        assert p.input_dtype == "f16" and p.K % 16 == 0 and p.V % 16 == 0
+        assert p == list(space.cases(index + 1, seed=4))[index].problem
+    (tmp_path / "space.json").write_text(json.dumps({"preset": "chunked_prefill"}))
+    for args, flag in ((["--preset", "nope"], "--preset"), (["--dtypes", "f64"], "--dtypes"),
+                       (["--dtypes", "bf16,x"], "--dtypes"),
+                       (["--preset", "decode", "--space", str(tmp_path / "space.json")], "--preset")):
+        r = subprocess.run([cli, "generate", "--out", str(tmp_path / "x"), *args], capture_output=True, text=True)
+        assert r.returncode == 2 and flag in r.stderr + r.stdout, (args, r.stderr + r.stdout)
+        assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
