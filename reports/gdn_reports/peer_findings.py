@@ -96,18 +96,31 @@ asks for IEEE (`wy_fast.py` line 89, `allow_tf32=False`). `Design(tf32=True)` re
 the operand model has no TF32 rounding, so these FAILs (margins 1.0e3 to 4.3e3: TF32 keeps 10 mantissa bits) are the design showing,
 as the adapter's design string says.
 
-### `fla.chunk.triton.bf16`: judged 2 cases; pinned, one FAIL in 187 that is not explained
+### `fla.chunk.triton.bf16`: judged 2 cases; pinned, one FAIL in 187: its fp32 cumulative gate (design, not modelled)
 
 The unpinned run was compile-bound (2 cases). The pinned run (`fla.chunk.triton.bf16.pinned`: one
 Triton compile variant, H = HV = 2, whole-chunk lengths; `h100/python/adapters-design-qk.json`)
 judged 187 cases under the declared design and failed one: `N=1 T=192 H=2 HV=2 K=128 V=128 bf16
 l2norm h0 hT`, hT max_abs 2.22e-2 against 1.79e-2 (margin 1.25; hT relative RMS 7.5e-3, margin
 0.77; o passes at 0.53). The pinned space cannot shrink it (the case file is
-`fla.chunk_gated_delta_rule_triton_-6a908a09dc58bbbd.safetensors`). The numpy copy of fla's bf16
-dataflow (`python/tests/peer_dataflows.py`, `fla_triton`: q, k, A, u, w, the chunk states,
-v_new and the decayed v_new stored in bf16) on the same inputs passes the same budget: hT
-max_abs 8.2e-3 (margin 0.46), relative RMS 4.0e-3 (margin 0.41). The kernel's hT error is
-about 2.7 times what its dataflow, as copied, explains: either a rounding the copy leaves out
-(its solve's TF32 products, the order of its state accumulation) or a defect. Not settled; the
-next step is to copy `chunk_delta_h.py`'s state update operand for operand.
+`fla.chunk_gated_delta_rule_triton_-6a908a09dc58bbbd.safetensors`). It is fla's cumulative gate.
+`chunk_local_cumsum` (`fla/ops/utils/cumsum.py`, called with `scale=RCP_LN2` from
+`fla/ops/gated_delta_rule/chunk.py`) sums the fp32 log-gates from each chunk's start in fp32, in
+Triton's scan order (a 32-lane Hillis-Steele scan, then the first half's total added to the
+second), with no reset where a gate zeroes the state, and rounds each sum again to fp32 after
+scaling it to log2 units; every decay is `exp2` of a difference of those sums. Head 0 of this
+case has 32 gates of -1e4, so its last chunk's sums reach 1.1e5 (1.6e5 in log2 units), where
+fp32 resolves 2^-7 (2^-6): the decays of the 14 tokens from the last reset on, which alone make up
+hT, are off by up to 1.8%, about +1% in common. The numpy copy of the dataflow
+(`python/tests/peer_dataflows.py`, `fla_triton`, now following `chunk_fwd.py`, `wy_fast.py`,
+`chunk_delta_h.py` and `chunk_o.py` operand for operand, with that cumulative gate) gives the
+kernel's hT to 1.2e-7 max_abs (one fp32 ulp; relative RMS 5e-8) and FAILs the same check at
+the same margin (1.25); its o is within 4.9e-4 of the kernel's (one bf16 ulp there). With
+exact gate sums the same copy has hT max_abs 7.6e-3 (margin 0.42); the scan's roundings alone
+take it to 1.5e-2 (margin 0.84), the rounding after the log2 scaling to 2.2e-2; a sequential
+fp32 sum gives 8.2e-3, so the kernel's order matters. No defect: fla computes what its source
+says. The budget model does not round the cumulative gate (`reference/operand_model.cpp`
+keeps gamma in double, reset where a gate zeroes the state), so `operands_single_qk` is short
+of fla's design exactly where in-chunk log-decay sums are large; the FAIL stands until the model
+carries fla's gate sums (`test_peer_findings.py`, `test_fla_triton_pinned_fail_is_its_fp32_gate_cumsum`).
 """
