@@ -352,10 +352,10 @@ conformance-backward)
   # The references' backward passes against the long double adjoint; an implementation without
   # a backward is SKIPPED, never PASSED. Backward verdicts' case names end in /backward.
   "$bin" conformance --backward-only --json verdicts.json --junit junit.xml \
-    --impl 'reference.sequential.f64,reference.chunked.f64,reference.chunked.f64.c37,reference.emulate.sequential,reference.emulate.chunked,model.chunked.split_state_pv' \
+    --impl 'reference.sequential.f64,reference.chunked.f64,reference.chunked.f64.c37,reference.emulate.sequential,reference.emulate.chunked,model.chunked.split_all' \
     > out.txt
   grep -q '<testsuites' junit.xml
-  grep -q 'SKIPPED model.chunked.split_state_pv (backward): no backward' out.txt || { cat out.txt; exit 1; }
+  grep -q 'SKIPPED model.chunked.split_all (backward): no backward' out.txt || { cat out.txt; exit 1; }
   python3 - <<'PY'
 import json
 j = json.load(open("verdicts.json"))
@@ -365,7 +365,7 @@ assert len(cases) >= 20 and all(c.endswith("/backward") for c in cases), sorted(
 assert len(v) == 6 * len(cases), len(v)
 gradients = {"dq", "dk", "dv", "dg", "dbeta", "da", "db", "dA_log", "ddt_bias", "dh0"}
 for x in v:
-    if x["implementation"] == "model.chunked.split_state_pv":
+    if x["implementation"] == "model.chunked.split_all":
         assert x["status"] == "SKIPPED" and "no backward" in x["message"], x
         continue
     assert x["status"] == "PASS", (x["implementation"], x["case"], x["message"])

@@ -280,7 +280,23 @@ std::vector<Candidate> candidates(const ConcreteCase& c) {
   if (p.store_intermediate_states) feature("no intermediate states", [](ConcreteCase& x) { x.problem.store_intermediate_states = false; });
   if (p.state_layout == StateLayout::v_major) list.push_back({"V-major -> K-major", [&c] { return k_major(c); }});
   if (p.gate_mode == GateMode::fused) list.push_back({"fused gates -> direct g, beta", [&c] { return unfuse(c); }});
-  if (p.use_qk_l2norm) feature("no l2norm", [](ConcreteCase& x) { x.problem.use_qk_l2norm = false; });
+  // Without l2norm the kernel takes q and k as given, so they become what the l2norm made of them
+  // (x / sqrt(|x|^2 + 1e-6), §2, rounded to the input dtype): raw keys without it have
+  // |k|^2 ~ K and grow the state, leaving the contractive space the case was drawn from for a
+  // different failure (an fp16 overflow in place of a rounding one).
+  if (p.use_qk_l2norm)
+    feature("no l2norm (q, k normalised)", [](ConcreteCase& x) {
+      const Problem& q = x.problem;
+      for (HostTensor<double>* t : {&x.inputs.q, &x.inputs.k})
+        for (std::int64_t r = 0; r < q.T * q.H; ++r) {
+          double* row = t->data() + r * q.K;
+          double sum = 0;
+          for (int i = 0; i < q.K; ++i) sum += row[i] * row[i];
+          const double inv = 1.0 / std::sqrt(sum + 1e-6);
+          for (int i = 0; i < q.K; ++i) row[i] = reference::round_to(q.input_dtype, row[i] * inv);
+        }
+      x.problem.use_qk_l2norm = false;
+    });
   if (p.scale) feature("default scale", [](ConcreteCase& x) { x.problem.scale.reset(); });
   if (p.input_dtype != DType::f32 && p.input_dtype != DType::f64)
     feature("input dtype -> f32", [](ConcreteCase& x) {

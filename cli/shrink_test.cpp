@@ -1,7 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "cli/shrink.hpp"
 #include "fuzz/inputs.hpp"
+#include "reference/precision.hpp"
 #include "reference/sequential.hpp"
 
 using namespace gdn;
@@ -135,4 +138,35 @@ TEST_CASE("shrinking stops at its evaluation limit with the best case so far", "
   CHECK(r.evaluations == 3);
   CHECK(r.stopped_early);
   CHECK(case_size(r.smallest) < case_size(c));
+}
+
+TEST_CASE("dropping l2norm keeps q and k as the l2norm made them, so the case stays contractive",
+          "[cli][shrink]") {
+  // Under l2norm the sampler draws raw N(0, 1) keys (|k|^2 ~ K); a shrink step that dropped the
+  // l2norm and kept them would hand on a growing recurrence, a different failure. The predicate
+  // accepts every candidate without l2norm, so the step is taken.
+  Problem p = Problem::packed({6}, 1, 1, 16, 8);
+  p.input_dtype = DType::bf16;
+  p.use_qk_l2norm = true;
+  p.has_hT = true;
+  const ConcreteCase c = make(p, 5);
+  const Outputs<double> before = reference::sequential<double>(p, c.inputs);
+  // Every other candidate is refused: the shapes and the dtype stay.
+  const ShrinkResult r = shrink(c, [](const ConcreteCase& x) {
+    const Problem& q = x.problem;
+    return !q.use_qk_l2norm && q.T == 6 && q.K == 16 && q.V == 8 && q.has_hT && q.input_dtype == DType::bf16;
+  });
+  REQUIRE_FALSE(r.smallest.problem.use_qk_l2norm);
+  REQUIRE(r.smallest.inputs.q.numel() == c.inputs.q.numel());
+  for (const HostTensor<double>* t : {&r.smallest.inputs.q, &r.smallest.inputs.k})
+    for (std::int64_t row = 0; row < 6; ++row) {
+      double sum = 0;
+      for (int i = 0; i < 16; ++i) sum += (*t)[row * 16 + i] * (*t)[row * 16 + i];
+      CHECK(std::abs(std::sqrt(sum) - 1.0) < 0x1p-6);  // unit, up to bf16 rounding
+      for (int i = 0; i < 16; ++i) CHECK(reference::round_to(DType::bf16, (*t)[row * 16 + i]) == (*t)[row * 16 + i]);
+    }
+  // The same outputs up to the rounding of the normalised vectors.
+  const Outputs<double> after = reference::sequential<double>(r.smallest.problem, r.smallest.inputs);
+  REQUIRE(after.o.numel() == before.o.numel());
+  for (std::int64_t i = 0; i < before.o.numel(); ++i) CHECK(std::abs(after.o[i] - before.o[i]) < 0.05 * (1 + std::abs(before.o[i])));
 }

@@ -263,8 +263,8 @@ TEST_CASE("conformance catches per-token states stored before the write", "[cli]
 
 TEST_CASE("an fp32 accuracy loss fails conformance under the fp32 subject's calibrated budget",
           "[cli][conformance][fault]") {
-  // The default set holds an fp32 subject under the calibrated budget (model.chunked.split_state_pv).
-  const oracle::RegistryEntry* subject = default_registry().find("model.chunked.split_state_pv");
+  // The default set holds an fp32 subject under the calibrated budget (model.chunked.split_all).
+  const oracle::RegistryEntry* subject = default_registry().find("model.chunked.split_all");
   REQUIRE(subject != nullptr);
   CHECK(subject->in_conformance);
   CHECK(subject->default_budget.model == oracle::BudgetModel::calibrated);

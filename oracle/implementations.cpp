@@ -137,6 +137,7 @@ class OperandModel final : public Implementation {
       case reference::OperandRounding::split_state_pv: return "model.chunked.split_state_pv";
       case reference::OperandRounding::s0_once: return "model.chunked.s0_once";
       case reference::OperandRounding::single_qk: return "model.chunked.single_qk";
+      case reference::OperandRounding::split_all: return "model.chunked.split_all";
     }
     return "model.chunked";
   }
@@ -383,7 +384,7 @@ void register_references(Registry& registry) {
 
   // Models of the chunked kernel's operand roundings (reference/operand_model.hpp), judged as
   // cuda.chunked_prefill is (calibrated, state unit of the input dtype). The kernel's current
-  // design (split_state_pv) is in `all`: an fp32 computation of its own (not the emulation that
+  // design (split_all) is in `all`: an fp32 computation of its own (not the emulation that
   // sets its budget) under the calibrated budget, so that an accuracy loss in an fp32 path fails
   // conformance in a build without a GPU, where every other subject is judged by fixed
   // thresholds. The others answer design questions (what single rounding would cost) and stay
@@ -392,7 +393,7 @@ void register_references(Registry& registry) {
   kernel_budget.state_unit_input = true;
   for (auto rounding : {reference::OperandRounding::split, reference::OperandRounding::single,
                         reference::OperandRounding::split_state, reference::OperandRounding::split_state_pv,
-                        reference::OperandRounding::s0_once}) {
+                        reference::OperandRounding::s0_once, reference::OperandRounding::split_all}) {
     RegistryEntry e;
     e.name = OperandModel(rounding).name();
     e.description =
@@ -403,11 +404,13 @@ void register_references(Registry& registry) {
         : rounding == reference::OperandRounding::split_state
             ? "model of the chunked kernel with Q S0's S0 rounded once (hi + lo on the state path only)"
         : rounding == reference::OperandRounding::split_state_pv
-            ? "model of the chunked kernel's current design: Q S0's S0 rounded once, Vnew split in P Vnew"
+            ? "model of the chunked kernel's previous design: Q S0's S0 rounded once, Vnew split in P Vnew"
+        : rounding == reference::OperandRounding::split_all
+            ? "model of the chunked kernel's current design: every computed operand split hi + lo (S0 in both S0 products, Vnew in P Vnew, fp16's P)"
             : "model of the chunked kernel with S0 rounded once in K S0 and Q S0 and Vnew split in P Vnew";
     e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
     e.default_budget = kernel_budget;
-    e.in_conformance = rounding == reference::OperandRounding::split_state_pv;
+    e.in_conformance = rounding == reference::OperandRounding::split_all;
     registry.add(std::move(e));
   }
 

@@ -26,6 +26,7 @@ OperandSplits OperandSplits::of(OperandRounding rounding, DType dtype) {
   if (rounding == OperandRounding::split_state) s.s0_in_qs = false;
   if (rounding == OperandRounding::split_state_pv) s.s0_in_qs = false, s.vnew_in_pv = true;
   if (rounding == OperandRounding::s0_once) s.s0_in_qs = s.s0_in_ks = false, s.vnew_in_pv = true;
+  if (rounding == OperandRounding::split_all) s.vnew_in_pv = true, s.p = dtype == DType::f16;
   s.scaled_state_update = dtype == DType::f16 && rounding != OperandRounding::single &&
                           rounding != OperandRounding::single_qk;
   return s;
@@ -155,6 +156,7 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, c
             P(i, col) = r_q[i] * w * qk(i, col);
           }
         }
+        const Matrix<float> P_lo = residue(splits.p, P, round_once(P));
         P = round_once(P);
         // T = (I + A)^-1 in fp32 (forward substitution), then hi (+ lo).
         Matrix<float> T = Matrix<float>::Identity(c, c);
@@ -184,6 +186,7 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, c
         const Matrix<float> Vn_hi = round_once(Vnew);
         O += P * Vn_hi;
         if (tensor && splits.vnew_in_pv) O += P * round_once(Vnew - Vn_hi);
+        O += P_lo * Vn_hi;  // zero unless splits.p
         for (int i = 0; i < c; ++i)
           for (int x = 0; x < V; ++x) out.o[((start + i) * HV + j) * V + x] = scale * O(i, x);
 

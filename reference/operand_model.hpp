@@ -1,9 +1,9 @@
 #pragma once
 // A model of what the chunked GPU kernel's design computes (cuda/chunked/chunked_kernel.cuh, header):
 // the chunked form (§4, C = 64) in fp32, with every computed tensor-core operand rounded to the
-// input dtype where the kernel rounds it, either split hi + lo (the kernel, split_state_pv: S0
-// in K S0, T and X in T X, the decayed Vnew in the state update, Vnew in P Vnew; S0 hi only in
-// Q S0; P once) or rounded once (every one of them, as kernels that single-round their
+// input dtype where the kernel rounds it, either split hi + lo (the kernel, split_all: S0 in
+// K S0 and Q S0, T and X in T X, the decayed Vnew in the state update, Vnew in P Vnew, fp16's
+// P; bf16's P once) or rounded once (every one of them, as kernels that single-round their
 // operands do, fla's among them). The raw q, k, v are exact operands; the norms, gates and
 // decays are fp32 scales as in the kernel; o is rounded once at the end. fp32 inputs are never
 // rounded (the kernel's fp32 path has no tensor-core operands).
@@ -12,7 +12,8 @@
 // error, not its bits. What it is for: deciding on the CPU whether a precision trade (fewer
 // hi + lo passes, half the tensor work of the forward) keeps the conformance budgets and the
 // accuracy claims, before a kernel is written for it (registry: model.chunked.split,
-// model.chunked.single, model.chunked.split_state, .split_state_pv and .s0_once, outside `all`).
+// model.chunked.single, model.chunked.split_state, .split_state_pv and .s0_once, outside `all`;
+// model.chunked.split_all, the kernel's design, in it).
 #include "core/problem.hpp"
 
 namespace gdn::reference {
@@ -24,7 +25,7 @@ namespace gdn::reference {
 // single: every computed operand rounded once. split_state: hi + lo only where the operand
 // feeds the state (K S0, T X, the state update); Q S0, which feeds only o, takes S0 rounded
 // once (an eighth of the forward's tensor work, off its serial chain).
-// split_state_pv: the kernel's design (ChunkedRounding::split): split_state with Vnew hi + lo
+// split_state_pv: the kernel's design before split_all: split_state with Vnew hi + lo
 // in P Vnew for bf16 too: hT as split's, o safer where P Vnew cancels (60 wgmma a warpgroup per
 // chunk at K 128 instead of 64).
 // s0_once: S0 rounded once in both S0 products, Vnew hi + lo in P Vnew (52 wgmma; the state
@@ -36,7 +37,13 @@ namespace gdn::reference {
 // stored in x's dtype: fla/modules/norm/l2norm.py, flash_qla/utils/math.py) before the chunk
 // kernels run. Where q . k cancels, the stored vectors' rounding is most of o's error. Without
 // use_qk_l2norm it is single (for fp32 inputs the normalised vectors are the fp32 operands).
-enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk };
+// split_all: the kernel's design now. Every computed operand hi + lo wherever it enters a
+// product (S0 in both S0 products, T and X, the decayed Vnew, Vnew in P Vnew, and for fp16 P in
+// P Vnew; bf16's P once): split_state_pv with S0 lo back in Q S0 and fp16's P split. The CLI
+// fuzz found bf16 cases (K 16) where split_state_pv's S0 rounded once in Q S0 took o past its
+// budget (o.max_abs margins 1.02, 1.10) and an fp16 one where P rounded once did (1.06);
+// split_all passes them (0.85, 0.77, 0.25).
+enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk, split_all };
 
 // Which computed operands go in as hi + lo (bf16 / fp16 inputs; the rest are rounded once).
 struct OperandSplits {
@@ -46,6 +53,7 @@ struct OperandSplits {
   bool x = true;          // X in T X: T hi X lo
   bool vnew_d = true;     // the decayed Vnew in the state update
   bool vnew_in_pv = false;  // Vnew in P Vnew (split: fp16 only)
+  bool p = false;           // P in P Vnew: P lo Vnew hi after P Vnew hi + lo
   // Not a split: the l2-normalised q, k rounded to the input dtype and used as the operands
   // (single_qk); false: raw q, k operands with the norms as fp32 scales, as our kernel does.
   bool qk_stored = false;
@@ -55,7 +63,8 @@ struct OperandSplits {
   // the updated state times 2^-m. Without it the decayed Vnew flushes below fp16's range where
   // the chunk's last keys are zero after strong decays, and the state with it (the kernel's
   // fp16 defect before the fix). On in the presets of our kernel's designs (split, split_state,
-  // split_state_pv, s0_once); single and single_qk model other kernels and keep the flush.
+  // split_state_pv, s0_once, split_all); single and single_qk model other kernels and keep the
+  // flush.
   bool scaled_state_update = false;
   // The presets: split (vnew_in_pv for fp16 only), every operand once, split with S0 hi only
   // in Q S0, that with Vnew split in P Vnew (the kernel's design), s0_once, and single_qk

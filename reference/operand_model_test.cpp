@@ -187,23 +187,23 @@ TEST_CASE("operand model: fp16's state update takes its exponent, so a state bel
   for (std::int64_t i = 0; i < exact.hT.numel(); ++i) exact_max = std::max(exact_max, std::abs(exact.hT[i]));
   REQUIRE(exact_max > 0);
   REQUIRE(exact_max < 6e-8);
-  reference::OperandSplits unscaled = reference::OperandSplits::of(OperandRounding::split_state_pv, DType::f16);
+  reference::OperandSplits unscaled = reference::OperandSplits::of(OperandRounding::split_all, DType::f16);
   REQUIRE(unscaled.scaled_state_update);
   unscaled.scaled_state_update = false;
   CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, unscaled).hT) == 1.0);
   CHECK(rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::single).hT) == 1.0);
-  const double kept = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::split_state_pv).hT);
-  INFO("fp16 split_state_pv hT rel_rms " << kept);
+  const double kept = rel_rms(exact.hT, reference::emulate_operands(p, in, OperandRounding::split_all).hT);
+  INFO("fp16 split_all hT rel_rms " << kept);
   CHECK(kept < 1e-5);  // hi + lo fp16 operands: about 2^-22 each, a few of them
   // With the last key nonzero the exponent is 0 and changes nothing: the two agree bit for bit.
   Inputs live = in;
   for (int x = 0; x < p.K; ++x) live.k[2 * p.K + x] = 0.25;
-  const Outputs<double> a = reference::emulate_operands(p, live, OperandRounding::split_state_pv);
+  const Outputs<double> a = reference::emulate_operands(p, live, OperandRounding::split_all);
   const Outputs<double> b = reference::emulate_operands(p, live, unscaled);
   CHECK(a.hT.storage() == b.hT.storage());
   CHECK(a.o.storage() == b.o.storage());
   // The same case in bf16 (fp32's exponent range) keeps the state.
   decayed_case(DType::bf16, p, in);
   const Outputs<double> exact_bf16 = reference::sequential<double>(p, in);
-  CHECK(rel_rms(exact_bf16.hT, reference::emulate_operands(p, in, OperandRounding::split_state_pv).hT) < 1e-3);
+  CHECK(rel_rms(exact_bf16.hT, reference::emulate_operands(p, in, OperandRounding::split_all).hT) < 1e-3);
 }

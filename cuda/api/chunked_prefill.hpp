@@ -65,9 +65,10 @@ struct ChunkedDebug {
 
 // How the bf16 / fp16 kernel rounds the operands it computes (the state S0, X, T, Vnew) for
 // the tensor cores.
-//   split (default): hi + lo where the state's accuracy needs it (the kernel header, scheme60:
-//     60 wgmma a warpgroup per chunk at K 128): bf16 o more accurate than fla's, and within the
-//     calibrated budget of the plain fp32 emulation (docs/budgets.md).
+//   split (default): every computed operand hi + lo where it enters a product, and fp16's P
+//     too (the kernel header; 68 wgmma a warpgroup per chunk at K 128, fp16 72; the CPU model
+//     is reference::emulate_operands(split_all)): bf16 o more accurate than fla's, and within
+//     the calibrated budget of the plain fp32 emulation (docs/budgets.md).
 //   single: each computed operand rounded once to the input dtype, as fla's kernels do
 //     (32 wgmma, 20 of them on the state's chain instead of 44): faster. Its error is that of
 //     reference::emulate_operands(single) (the CPU model, model.chunked.single): larger than the

@@ -10,7 +10,7 @@
 //                     state: the gates, the gamma scan, the norms, A, P, T. A pair shares q, k,
 //                     the norms and the raw products K K^T, Q K^T, and runs its two inverses side
 //                     by side. It writes one workspace record per (chunk, j): T hi, T lo, P (input
-//                     dtype), beta, r_q, r_k, e_start, e_end and the chunk decay (fp32), and the
+//                     dtype; fp16 also P lo), beta, r_q, r_k, e_start, e_end and the chunk decay (fp32), and the
 //                     debug A / T (once per (chunk, j)).
 //   chunked_forward_wg  (bf16, fp16: chunked_wgmma.cuh) one block per (sequence, value head j,
 //   chunked_forward     V tile) (fp32: below), walking its sequence's chunks of 64 tokens in
@@ -41,29 +41,35 @@
 //              merges T_ij = -T_ii sum_k A_ik T_kj in three levels        (fp32; stored hi + lo, prepass)
 //   X          diag(beta) (V - diag(e_start r) K S0)                    (fp32, then input dtype)
 //   Vnew       T X  (= U - W S0 of the spec: the same algebra without forming W or U)
-//   O          scale (diag(e_start r^q) Q S0 + P Vnew)                    (P Vnew_hi + P Vnew_lo)
+//   O          scale (diag(e_start r^q) Q S0 + P Vnew)     (P Vnew_hi + P Vnew_lo [+ P_lo Vnew_hi, fp16])
 //   S_end      e_start(c) S0 + K^T diag(e_end r) Vnew
 //
 // Matrix products: bf16/fp16 inputs on tensor cores (fp32 accumulation; the prepass's K K^T and
 // Q K^T on mma.sync m16n8k16, the forward's on wgmma m64nNk16).
-// The raw q, k, v are exact operands; every computed operand that feeds the state is split into
-// hi + lo in the input dtype (S0 in K S0, T and X in T X, the decayed Vnew in the state update),
-// so the state path keeps about 16 bits (bf16) instead of 8. The terms that feed only o get
-// less: Q S0 takes S0 hi, and P goes into P Vnew rounded once; Vnew goes into P Vnew as hi + lo
-// (P Vnew_hi then P Vnew_lo per 16-wide k step, into the same fp32 accumulator). o is stored
-// in the input dtype.
-// Why these three (a CPU model of these roundings, reference/operand_model.hpp, which
-// reproduces the kernel's accuracy and its worst conformance margin, run on the GPU suite's own
-// random cases; experimental/chunked_model_study):
+// The raw q, k, v are exact operands; every computed operand is split into hi + lo in the input
+// dtype wherever it enters a product (S0 in K S0 and in Q S0, T and X in T X, the decayed Vnew
+// in the state update, Vnew in P Vnew, and for fp16 P in P Vnew), so the state path keeps about
+// 16 bits (bf16) instead of 8 and o is computed from operands of about that precision. bf16's
+// P goes in rounded once. Per 16-wide k step into one fp32 accumulator: Q S0 hi, then lo;
+// P Vnew_hi, P Vnew_lo, then (fp16) P_lo Vnew_hi. o is stored in the input dtype.
+// Why (a CPU model of these roundings, reference/operand_model.hpp, model.chunked.split_all,
+// reproduces the kernel's accuracy and the fuzzer's failures of the earlier designs; the CLI
+// fuzz of the chunked space, 110,000 cases on the CPU, found the cases below):
 //   - Vnew hi + lo in P Vnew: where P Vnew cancels (sum |P Vnew| ~ 9 |o|: small K, beta up to 2,
 //     no decay) one rounding of Vnew costs too much: with it, fp16 failed the GPU suite's
 //     conformance, and so did bf16 in the model (K 16, fused gates with negative eigenvalues, no
-//     decay), and neither does with the split. A P lo would be a fourth record tile; with Vnew
-//     split, P's own rounding is the larger term left.
-//   - S0 hi in Q S0: S0 lo there changed no verdict, leaves every state bit as it is (Q S0
-//     feeds only o) and costs 8 of a warpgroup's wgmma per chunk (K 128).
-//   - S0 lo in K S0 stays: without it the state keeps about 12 bits, not 16 (the model's hT
-//     error grows by about two orders of magnitude), though no conformance verdict changed.
+//     decay), and neither does with the split.
+//   - S0 hi + lo in Q S0 (8 of a warpgroup's wgmma per chunk at K 128): with S0 hi alone there
+//     (the design before) bf16 cases of K 16 went past o's budget (o.max_abs margins 1.02 and
+//     1.10, found by the GPU fuzz and reproduced by the model); the split passes them (0.85,
+//     0.77).
+//   - P hi + lo for fp16 (a fourth record tile, 4 wgmma a warpgroup per chunk): with P rounded
+//     once an fp16 case of K 16, no decay, beta near 2, went past o's budget (margin 1.06) in
+//     the model and on the GPU; with P lo it is at 0.25. bf16 showed no such case (its o is
+//     rounded to 8 bits, the same ratio, but none was drawn); the record and the bf16 K 128 x
+//     BV 128 plan (223 KB of 227) have no room for it there.
+//   - S0 lo in K S0: without it the state keeps about 12 bits, not 16 (the model's hT error
+//     grows by about two orders of magnitude).
 // The sequence split's affine pass has no P Vnew (WgPlan<..., kAffine>: no Vnew lo tile).
 // fp32 inputs use plain fp32 FMAs in the same fragment layout (no TF32; the record holds T in
 // fp32, no lo part).
@@ -456,8 +462,13 @@ struct PrepPlan {
   static constexpr std::size_t rec_tlo = tile_bytes;  // split only
   static constexpr std::size_t rec_p = (split ? 2 : 1) * tile_bytes;
   static constexpr std::size_t rec_scalar = rec_p + tile_bytes;
-  static constexpr std::size_t record_bytes = rec_scalar + 6 * kC * 4;
-  static_assert(record_bytes == chunked_record_bytes(es, split), "record layout and host size disagree");
+  static constexpr std::size_t scalars_end = rec_scalar + 6 * kC * 4;
+  // fp16: P lo, what P's rounding left out (P Vnew takes P as hi + lo; the header says why),
+  // after the scalars at a swizzled tile's alignment. Not written in the single mode.
+  static constexpr bool p_lo = std::is_same_v<E, __half>;
+  static constexpr std::size_t rec_plo = p_lo ? (scalars_end + 1023) / 1024 * 1024 : 0;
+  static constexpr std::size_t record_bytes = p_lo ? rec_plo + tile_bytes : scalars_end;
+  static_assert(record_bytes == chunked_record_bytes(es, split, p_lo), "record layout and host size disagree");
   static_assert(record_bytes % 128 == 0, "records keep 128-byte alignment");
 };
 
@@ -1116,7 +1127,14 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
             q[u] = inside ? base_p * w * qk[0][nt][2 * half + u] : 0.f;
           }
           *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
-          store2(Ph + record_at<E>(i, col), q[0], q[1]);
+          if constexpr (L::p_lo) {
+            if (!p.single_rounding)
+              store_split(Ph + record_at<E>(i, col), Ph + (L::rec_plo - L::rec_p) / sizeof(E) + record_at<E>(i, col), q[0], q[1]);
+            else
+              store2(Ph + record_at<E>(i, col), q[0], q[1]);
+          } else {
+            store2(Ph + record_at<E>(i, col), q[0], q[1]);
+          }
         }
       }
     }

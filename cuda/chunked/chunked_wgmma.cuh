@@ -105,7 +105,10 @@ struct WgPlan {
   static constexpr std::size_t w_off_tlo = c_bytes;
   static constexpr std::size_t w_off_p = 2 * c_bytes;
   static constexpr std::size_t w_off_scalar = 3 * c_bytes;
-  static constexpr std::size_t w_bytes = w_off_scalar + 6 * kC * 4;
+  // fp16: P lo after the scalars, where the record has it (PrepPlan::rec_plo).
+  static constexpr bool p_lo = Rec::p_lo && !kAffine;
+  static constexpr std::size_t w_off_plo = Rec::rec_plo;
+  static constexpr std::size_t w_bytes = Rec::p_lo ? Rec::record_bytes : w_off_scalar + 6 * kC * 4;
   static_assert(Rec::rec_tlo == Rec::tile_bytes && Rec::rec_p == 2 * Rec::tile_bytes &&
                     Rec::rec_scalar == 3 * Rec::tile_bytes && Rec::tile_bytes == c_bytes,
                 "record tiles in order, unpadded");
@@ -154,7 +157,7 @@ struct WgPlan {
 enum class WgMode { output, affine, debug };
 // kSingle (ChunkedRounding::single, the output and affine modes only): every computed operand
 // enters its product once, rounded to the input dtype (its hi part): no lo pass of S0, X, T,
-// Vnew or Vnew_d. 32 wgmma a warpgroup per chunk at K 128 instead of 60, 20 of them on the
+// Vnew or Vnew_d. 32 wgmma a warpgroup per chunk at K 128 instead of 68 (fp16: 72), 20 of them on the
 // state's chain instead of 44: the rounding design of reference::emulate_operands(single) and of
 // kernels that single-round their operands (fla's among them). The lo tiles keep their places
 // in the shared-memory plan (the split one's) but are neither written nor read, and T lo is
@@ -350,10 +353,14 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     ptx::bulk::bulk_load(W + L::w_off_t, record_src(chunk) + R::rec_t, unsigned(t_parts * L::c_bytes), full_t);
     ptx::bulk::bulk_load(W + L::w_off_scalar, record_src(chunk) + R::rec_scalar, scalar_bytes, full_t);
   };
+  // fp16 but single: P lo too, on the same barrier.
+  constexpr bool copy_plo = L::p_lo && !kSingle;
   auto issue_record_p = [&](std::int64_t chunk) {
     if (!outputs || tid != 0) return;
-    ptx::bulk::arrive_expect_tx(full_p, unsigned(L::c_bytes));
+    ptx::bulk::arrive_expect_tx(full_p, unsigned((copy_plo ? 2 : 1) * L::c_bytes));
     ptx::bulk::bulk_load(W + L::w_off_p, record_src(chunk) + R::rec_p, unsigned(L::c_bytes), full_p);
+    if constexpr (copy_plo)
+      ptx::bulk::bulk_load(W + L::w_off_plo, record_src(chunk) + R::rec_plo, unsigned(L::c_bytes), full_p);
   };
 
   // Out of step (two buffers): chunk i's Q, K, V and whole record (but T lo in single rounding)
@@ -363,7 +370,8 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     const int b = index & 1;
     std::uint64_t* const full = full_qkv + b;
     ptx::fence_proxy_async_shared();
-    constexpr unsigned record_copied = unsigned(kSingle ? R::record_bytes - L::c_bytes : R::record_bytes);
+    // Single: T hi, then P and the scalars (no T lo, no P lo).
+    constexpr unsigned record_copied = unsigned(kSingle ? L::c_bytes + (R::scalars_end - R::rec_p) : R::record_bytes);
     ptx::bulk::arrive_expect_tx(full, unsigned(q_copies * L::q_bytes + (transition ? 0 : L::v_bytes)) + record_copied);
     tensor_boxes(reinterpret_cast<E*>(smem + L::off_q + b * L::q_slot), b ? Ks1 : Ks0,
                  reinterpret_cast<E*>(smem + L::off_v + b * L::v_slot), static_cast<int>(bos + std::int64_t(index) * kC),
@@ -371,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     if constexpr (kSingle) {  // T hi, then P and the scalars: no T lo
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(L::c_bytes), full);
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot + L::w_off_p, record_src(first_chunk + index) + R::rec_p,
-                      unsigned(R::record_bytes - R::rec_p), full);
+                      unsigned(R::scalars_end - R::rec_p), full);
     } else {
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full);
     }
@@ -419,6 +427,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     const E* const Tc = reinterpret_cast<const E*>(Wc + L::w_off_t);
     const E* const Tloc = reinterpret_cast<const E*>(Wc + L::w_off_tlo);
     const E* const Pc = reinterpret_cast<const E*>(Wc + L::w_off_p);
+    const E* const Ploc = reinterpret_cast<const E*>(Wc + L::w_off_plo);  // fp16 but single
     const float* const scalars_c = reinterpret_cast<const float*>(Wc + L::w_off_scalar);
     // The debug buffers' chunk index: chunk_offsets[n] (the host's) equals ws_offsets[n] (the
     // device's), so that of the segment's chunk is first_chunk + chunk_index.
@@ -461,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     // fp16: 2^-m of the state update's exponent (chunked_kernel.cuh, rescale_state_update).
     const float unscale = std::is_same_v<E, __half> ? scalars_c[5 * kC + 1] : 1.f;
 
-    // --- X = K S0 (S0 as hi + lo), O = Q S0 (S0 hi) -------------------------------------------
+    // --- X = K S0 and O = Q S0 (S0 as hi + lo; hi alone in the single mode) ------------------
     float X[NT][4], O[NT][4];
     zero(X);
     zero(O);
@@ -483,6 +492,10 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
         wg::fence();
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qc, ks), wg::b_desc<NW>(Shi, ks), E{});
+        // S0 lo too (read before T X's wait, so before Vnew_d lo takes its place).
+        if constexpr (!kSingle)
+#pragma unroll
+          for (int ks = 0; ks < KS; ++ks) wg::mma_ss(O, wg::a_desc_sw128(Qc, ks), wg::b_desc<NW>(Slo, ks), E{});
       }
       wg::commit();  // (empty in pass 1)
     }
@@ -623,6 +636,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
         for (int ks = 0; ks < CS; ++ks) {
           wg::mma_ss(O, wg::a_desc_sw128(Pc, ks), wg::b_desc<NW>(Vn, ks), E{});
           if constexpr (L::split_pv && !kSingle) wg::mma_ss(O, wg::a_desc_sw128(Pc, ks), wg::b_desc<NW>(Vnlo, ks), E{});
+          if constexpr (copy_plo) wg::mma_ss(O, wg::a_desc_sw128(Ploc, ks), wg::b_desc<NW>(Vn, ks), E{});
         }
       }
       wg::commit();

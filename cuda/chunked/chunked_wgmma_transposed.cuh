@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
       __syncthreads();
     }
 
-    // --- X^T = S0^T K^T (S0 as hi + lo: all hi k steps, then all lo), O^T = S0^T Q^T (S0 hi) ----
+    // --- X^T = S0^T K^T and O^T = S0^T Q^T (S0 as hi + lo: all hi k steps, then all lo) --------
     float X[NC][4], O[NC][4];
     zero(X);
     zero(O);
@@ -251,7 +251,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
       for (int ks = 0; ks < KS; ++ks) wg::mma_rs_kb(X, s_lo[ks], wg::a_desc_sw128(Kc, ks), __nv_bfloat16{});
     wg::commit();
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks) wg::mma_rs_kb(O, s_hi[ks], wg::a_desc_sw128(Qc, ks), __nv_bfloat16{});  // S0 hi only (chunked_forward_wg)
+    for (int ks = 0; ks < KS; ++ks) wg::mma_rs_kb(O, s_hi[ks], wg::a_desc_sw128(Qc, ks), __nv_bfloat16{});
+    if constexpr (!kSingle)  // S0 lo after all hi k steps, as chunked_forward_wg
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) wg::mma_rs_kb(O, s_lo[ks], wg::a_desc_sw128(Qc, ks), __nv_bfloat16{});
     wg::commit();
     wg::wait_group<1>();
     wg::fence_operand(X);

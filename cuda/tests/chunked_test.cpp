@@ -409,7 +409,9 @@ TEST_CASE("chunked: fp16 zero keys after strong decays keep a final state below 
     if (variant == 2) p.gate_mode = GateMode::fused;
     fuzz::InputOptions options;
     options.regime = fuzz::GateRegime::strong;
-    options.zero_key_tail = variant == 2 ? 12 : 8;
+    // Fused gates decay faster (up to about -20 a token here): a short tail keeps the exact
+    // final state within fp32's range, where the kernel's fp32 state can hold it.
+    options.zero_key_tail = variant == 2 ? 2 : 8;
     cases.push_back({"zero key tail " + std::to_string(options.zero_key_tail) + " variant " + std::to_string(variant), p,
                      fuzz::make_inputs(p, options, 300 + variant)});
   }
@@ -433,13 +435,14 @@ TEST_CASE("chunked: fp16 zero keys after strong decays keep a final state below 
       Outputs<double> actual;
       const oracle::Verdict v = oracle::evaluate(kernel, context, chunked_budget(m.options.rounding), &actual);
       Tally::instance().add(kName, "fp16_flush", true, !v.passed(), margin_of(v));
-      // Per sequence and head: a final state that is exactly zero where the exact one is not.
+      // Per sequence and head: a final state that is exactly zero where the exact one is well
+      // inside fp32's range (below it the fp32 emulation of the budget is zero as well).
       int zero_states = 0;
       const std::int64_t per = std::int64_t(c.problem.K) * c.problem.V;
       for (std::int64_t s = 0; s * per < exact.hT.numel(); ++s) {
         double e = 0, a = 0;
         for (std::int64_t i = s * per; i < (s + 1) * per; ++i) e = std::max(e, std::abs(exact.hT[i])), a = std::max(a, std::abs(actual.hT[i]));
-        if (e > 0 && a == 0) ++zero_states;
+        if (e > 1e-30 && a == 0) ++zero_states;
       }
       WARN(c.name << " " << m.name << ": " << zero_states << " flushed final states\n" << v.details());
       if (!v.passed() || zero_states > 0) {

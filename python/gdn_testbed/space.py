@@ -140,7 +140,14 @@ class CaseSpace:
         """The first `count` cases of a campaign with this seed (the cases `gdn-testbed fuzz --seed`
         and `generate --seed` make from the same space)."""
         for index in range(count):
-            yield sample_case(_core.case_seed(seed, index), self)
+            yield self.case(index, seed=seed)
+
+    def case(self, index: int, seed: int = 1) -> GeneratedCase:
+        """Case `index` of a campaign with this seed: what `gdn-testbed fuzz --seed` names
+        fuzz/INDEX, without drawing the cases before it."""
+        if index < 0:
+            raise ValueError(f"CaseSpace.case: index must be >= 0, got {index}")
+        return sample_case(_core.case_seed(seed, index), self)
 
 
 def _space_text(space) -> str:

@@ -207,6 +207,29 @@ def test_chunked_f16_fail_is_the_flushed_decayed_vnew():
     # The kernel's design now takes the state update's exponent (chunked_kernel.cuh,
     # rescale_state_update): its operand model keeps this state, where fla-like single rounding
     # still flushes it.
-    fixed = np.asarray(gt.emulate_operands(p, case.inputs, "split_state_pv")["hT"])
+    fixed = np.asarray(gt.emulate_operands(p, case.inputs, "split_all")["hT"])
     assert np.sqrt(((fixed - exact) ** 2).sum() / (exact ** 2).sum()) < 1e-5
     assert not np.asarray(gt.emulate_operands(p, case.inputs, "single")["hT"]).any()
+
+
+# The chunked fuzz's cases (gdn-testbed fuzz --seed 20261206 --preset chunked_prefill --max-V 256
+# --max-work 4e6): fuzz/27656 (bf16) and fuzz/90597 (fp16) failed o on the GPU under the
+# kernel's design of then and, the same, under its CPU model.
+FUZZ_SPACE = dict(max_V=256, max_work=4e6)
+
+
+@pytest.mark.parametrize("index, dtype", [(27656, "bf16"), (90597, "f16")])
+def test_chunked_design_split_all_passes_the_fuzzers_o_failures(index, dtype):
+    """The chunked kernel's previous design (split_state_pv: S0 rounded once in Q S0, P once) took
+    o past the default mode's budget on these cases, found by the GPU fuzz and reproduced by its
+    operand model; the design now (split_all: S0 hi + lo in Q S0 too, and fp16's P hi + lo)
+    passes them with room. The same budget as the kernel's default mode."""
+    space = gt.CaseSpace("chunked_prefill", **FUZZ_SPACE)
+    case = space.case(index, seed=20261206)
+    p, x = case.problem, case.inputs
+    assert p.input_dtype == dtype
+    budget = "calibrated(state_unit=input)"
+    before = gt.judge(p, x, gt.emulate_operands(p, x, "split_state_pv"), formulation="chunked", budget=budget)
+    assert before.status == "FAIL" and before.worst_check["tensor"] == "o", before.worst_margin
+    after = gt.judge(p, x, gt.emulate_operands(p, x, "split_all"), formulation="chunked", budget=budget)
+    assert after.status == "PASS" and after.worst_margin < 0.9, after.worst_margin
