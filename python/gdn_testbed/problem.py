@@ -63,7 +63,7 @@ Problem.__reduce__ = lambda self: (problem_from_dict, (_to_dict(self),))
 
 def default_input_options() -> dict:
     """fuzz::InputOptions{} as a dict: regime, beta_max, unit_keys, state_scale, padding_fraction,
-    small_norms."""
+    small_norms, zero_key_tail (the last N tokens of every sequence get zero keys)."""
     return json.loads(_core.default_input_options())
 
 

@@ -673,7 +673,12 @@ PYBIND11_MODULE(_core, m) {
     for (py::ssize_t i = 0; i < a.size(); ++i) out.mutable_data()[i] = reference::round_to(d, a.data()[i]);
     return out;
   });
-  m.def("default_input_options", [] { return fuzz::to_json(fuzz::InputOptions{}).dump(); });
+  // Every option, zero_key_tail too (to_json leaves it out at 0, as case files written before it).
+  m.def("default_input_options", [] {
+    nlohmann::json j = fuzz::to_json(fuzz::InputOptions{});
+    j["zero_key_tail"] = fuzz::InputOptions{}.zero_key_tail;
+    return j.dump();
+  });
   m.def("make_inputs", [](const Problem& p, const std::string& options, std::uint64_t seed) {
     p.validate();
     const fuzz::InputOptions o = fuzz::input_options_from_json(nlohmann::json::parse(options));

@@ -41,6 +41,15 @@ def test_inputs_are_deterministic_and_checked():
     assert error.value.argument == "v"
     with pytest.raises(TypeError):
         gt.make_inputs(p, seed=1, regime_typo="mild")
+    # zero_key_tail: the last tokens of every sequence get zero keys, the rest stays as drawn.
+    z = gt.make_inputs(p, seed=7, zero_key_tail=2)
+    ends = np.asarray(p.cu_seqlens)[1:]
+    for end, start in zip(ends, np.asarray(p.cu_seqlens)[:-1]):
+        assert not z["k"][max(start, end - 2):end].any()
+    kept = np.ones(p.T, dtype=bool)
+    for end, start in zip(ends, np.asarray(p.cu_seqlens)[:-1]):
+        kept[max(start, end - 2):end] = False
+    assert np.array_equal(z["k"][kept], a["k"][kept]) and np.array_equal(z["v"], a["v"])
 
 
 def test_references_agree():
