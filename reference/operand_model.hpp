@@ -41,8 +41,8 @@ namespace gdn::reference {
 // product (S0 in both S0 products, T and X, the decayed Vnew, Vnew in P Vnew, and for fp16 P in
 // P Vnew; bf16's P once): split_state_pv with S0 lo back in Q S0 and fp16's P split. The CLI
 // fuzz found bf16 cases (K 16) where split_state_pv's S0 rounded once in Q S0 took o past its
-// budget (o.max_abs margins 1.02, 1.10) and an fp16 one where P rounded once did (1.06);
-// split_all passes them (0.85, 0.77, 0.25).
+// budget and an fp16 one where P rounded once did; split_all passes them
+// (python/tests/test_peer_findings.py).
 enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk, split_all };
 
 // Which computed operands go in as hi + lo (bf16 / fp16 inputs; the rest are rounded once).

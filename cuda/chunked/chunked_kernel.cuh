@@ -53,21 +53,18 @@
 // P goes in rounded once. Per 16-wide k step into one fp32 accumulator: Q S0 hi, then lo;
 // P Vnew_hi, P Vnew_lo, then (fp16) P_lo Vnew_hi. o is stored in the input dtype.
 // Why (a CPU model of these roundings, reference/operand_model.hpp, model.chunked.split_all,
-// reproduces the kernel's accuracy and the fuzzer's failures of the earlier designs; the CLI
-// fuzz of the chunked space, 110,000 cases on the CPU, found the cases below):
+// reproduces the kernel's accuracy, and the failures of the earlier designs that the CLI fuzz
+// of the chunked space found on the GPU; python/tests/test_peer_findings.py regenerates them):
 //   - Vnew hi + lo in P Vnew: where P Vnew cancels (sum |P Vnew| ~ 9 |o|: small K, beta up to 2,
 //     no decay) one rounding of Vnew costs too much: with it, fp16 failed the GPU suite's
 //     conformance, and so did bf16 in the model (K 16, fused gates with negative eigenvalues, no
 //     decay), and neither does with the split.
 //   - S0 hi + lo in Q S0 (8 of a warpgroup's wgmma per chunk at K 128): with S0 hi alone there
-//     (the design before) bf16 cases of K 16 went past o's budget (o.max_abs margins 1.02 and
-//     1.10, found by the GPU fuzz and reproduced by the model); the split passes them (0.85,
-//     0.77).
+//     (the design before) bf16 cases of K 16 went past o's budget; with the split they pass.
 //   - P hi + lo for fp16 (a fourth record tile, 4 wgmma a warpgroup per chunk): with P rounded
-//     once an fp16 case of K 16, no decay, beta near 2, went past o's budget (margin 1.06) in
-//     the model and on the GPU; with P lo it is at 0.25. bf16 showed no such case (its o is
-//     rounded to 8 bits, the same ratio, but none was drawn); the record and the bf16 K 128 x
-//     BV 128 plan (223 KB of 227) have no room for it there.
+//     once, an fp16 case of K 16, no decay and beta near 2 went past o's budget; with P lo it
+//     passes with room. No bf16 case has needed it (its o is rounded to 8 bits, the same ratio),
+//     and the bf16 K 128 x BV 128 plan (223 KB of 227) has no room for a fourth tile.
 //   - S0 lo in K S0: without it the state keeps about 12 bits, not 16 (the model's hT error
 //     grows by about two orders of magnitude).
 // The sequence split's affine pass has no P Vnew (WgPlan<..., kAffine>: no Vnew lo tile).
