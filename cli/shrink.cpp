@@ -287,14 +287,10 @@ std::vector<Candidate> candidates(const ConcreteCase& c) {
   if (p.use_qk_l2norm)
     feature("no l2norm (q, k normalised)", [](ConcreteCase& x) {
       const Problem& q = x.problem;
-      for (HostTensor<double>* t : {&x.inputs.q, &x.inputs.k})
-        for (std::int64_t r = 0; r < q.T * q.H; ++r) {
-          double* row = t->data() + r * q.K;
-          double sum = 0;
-          for (int i = 0; i < q.K; ++i) sum += row[i] * row[i];
-          const double inv = 1.0 / std::sqrt(sum + 1e-6);
-          for (int i = 0; i < q.K; ++i) row[i] = reference::round_to(q.input_dtype, row[i] * inv);
-        }
+      for (HostTensor<double>* t : {&x.inputs.q, &x.inputs.k}) {
+        for (std::int64_t r = 0; r < q.T * q.H; ++r) reference::l2normalize(t->data() + r * q.K, q.K);
+        reference::round_in_place(q.input_dtype, *t);
+      }
       x.problem.use_qk_l2norm = false;
     });
   if (p.scale) feature("default scale", [](ConcreteCase& x) { x.problem.scale.reset(); });

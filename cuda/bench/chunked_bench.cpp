@@ -311,32 +311,21 @@ void arguments(benchmark::internal::Benchmark* b) {
   }
 }
 
+// One row per peer shape, timed by CUDA events.
+void every_shape(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"shape"})
+      ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
+      ->UseManualTime()
+      ->MinTime(0.2)
+      ->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 
-BENCHMARK(BM_chunked_default)
-    ->ArgNames({"shape"})
-    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
-    ->UseManualTime()
-    ->MinTime(0.2)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_chunked_single)
-    ->ArgNames({"shape"})
-    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
-    ->UseManualTime()
-    ->MinTime(0.2)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_chunked_f16_default)
-    ->ArgNames({"shape"})
-    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
-    ->UseManualTime()
-    ->MinTime(0.2)
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_chunked_f16_single)
-    ->ArgNames({"shape"})
-    ->DenseRange(0, static_cast<int>(peer_shapes().size()) - 1)
-    ->UseManualTime()
-    ->MinTime(0.2)
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_chunked_default)->Apply(every_shape);
+BENCHMARK(BM_chunked_single)->Apply(every_shape);
+BENCHMARK(BM_chunked_f16_default)->Apply(every_shape);
+BENCHMARK(BM_chunked_f16_single)->Apply(every_shape);
 // 1 x 32768 (shape 1) and H2 HV8 1 x 32768 (shape 3) at other tiles and splits.
 BENCHMARK(BM_chunked_single_at)
     ->ArgNames({"shape", "value_tile", "split"})
