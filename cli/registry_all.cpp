@@ -1,5 +1,6 @@
 #include "cli/registry_all.hpp"
 
+#include <optional>
 #include <stdexcept>
 
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS
@@ -15,11 +16,13 @@ namespace {
 #if GDN_HAVE_CUDA_IMPLEMENTATIONS
 template <class Kernel>
 void add_kernel(oracle::Registry& registry, const char* description,
-                oracle::BudgetOptions budget = oracle::BudgetOptions{}) {
+                oracle::BudgetOptions budget = oracle::BudgetOptions{},
+                std::optional<oracle::BudgetOptions> backward_budget = std::nullopt) {
   oracle::RegistryEntry e;
   e.name = Kernel().name();
   e.description = description;
   e.default_budget = budget;
+  e.backward_budget = backward_budget;
   e.make = [] { return std::make_unique<Kernel>(); };
   e.gpu = true;
   e.check_reproducibility = true;
@@ -60,7 +63,10 @@ oracle::Registry build() {
   add_kernel<gdn::cuda::DecodeKernel>(registry, "CUDA decode kernel (state cache)");
   // Budgets: gdn::cuda::chunked_budget (the one the GPU testbed judges by too).
   const oracle::BudgetOptions chunked_budget = gdn::cuda::chunked_budget(gdn::cuda::ChunkedRounding::split);
-  add_kernel<gdn::cuda::ChunkedPrefillKernel>(registry, "CUDA chunked tensor-core prefill (C = 64)", chunked_budget);
+  // Its backward (BackwardAlgorithm::chunked) is fp32 throughout: the default gradient budget,
+  // not the forward's state_unit=input (which is for the forward's tensor-core operands).
+  add_kernel<gdn::cuda::ChunkedPrefillKernel>(registry, "CUDA chunked tensor-core prefill (C = 64)", chunked_budget,
+                                              oracle::BudgetOptions{});
   {
     // The sequence split (ChunkedOptions::split_chunks) with segments of one chunk: every chunk
     // boundary is a segment boundary, so every case with two or more chunks goes through the

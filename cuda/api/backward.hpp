@@ -50,15 +50,31 @@ struct BackwardTensors {
   std::size_t workspace_bytes = 0;
 };
 
-// Bytes of device workspace the backward needs: per (token, value head) and V tile of 16
-// columns the tile's share of dq, dk (K floats each) and of dg, dbeta; the states at every 64th
-// token (at most T / 64 x HV x K x V floats); per-token norms and gates. Host-only.
-std::size_t backward_workspace_bytes(const Problem& problem);
+// The two backwards. Both compute the same gradients in fp32, bitwise deterministic and batch
+// invariant; they differ in the order of the arithmetic (so in their calibrated baselines) and
+// in speed (docs/cuda_backward.md):
+//  - sequential: the reverse sweep of §6, token by token (the recurrent prefill's backward);
+//  - chunked: the adjoint of the WY form of §4 in chunks of 64 tokens (the chunked prefill's
+//    backward; oracle baseline: the chunked backward's fp32 emulation, chunk size 64). K <= 128.
+enum class BackwardAlgorithm { sequential, chunked };
+
+// Bytes of device workspace the backward needs. Sequential: per (token, value head) and V tile
+// of 16 columns the tile's share of dq, dk (K floats each) and of dg, dbeta; the states at every
+// 64th token (at most T / 64 x HV x K x V floats); per-token norms and gates. Chunked: the value
+// heads' shares of dq, dk, dg, dbeta; per chunk and value head the chunk's intermediates (T, P,
+// W, U, Vnew, dVnew, the state at its start and the gradient at its end: about
+// 2 C^2 + C (K + 3 V) + 2 K V floats) for at most T / 64 + N chunks; norms, gates. Host-only.
+std::size_t backward_workspace_bytes(const Problem& problem,
+                                     BackwardAlgorithm algorithm = BackwardAlgorithm::sequential);
 
 // The host-side checks alone (no CUDA call).
-void validate_backward(const Problem& problem, const BackwardTensors& tensors);
+void validate_backward(const Problem& problem, const BackwardTensors& tensors,
+                       BackwardAlgorithm algorithm = BackwardAlgorithm::sequential);
 
-// Runs the backward on `stream`. Every gradient the problem has is written in full.
+// Runs the sequential backward on `stream`. Every gradient the problem has is written in full.
 void recurrent_backward(const Problem& problem, const BackwardTensors& tensors, cudaStream_t stream);
+
+// Runs the chunked backward on `stream` (the same rules, and K <= 128).
+void chunked_backward(const Problem& problem, const BackwardTensors& tensors, cudaStream_t stream);
 
 }  // namespace gdn::cuda

@@ -531,7 +531,7 @@ std::size_t backward_sweep_shared_bytes(int threads) {
                           (2 * C + (L / C) * W) * static_cast<std::size_t>(threads));
 }
 
-void launch_backward_kernels(const BackwardParams& p, cudaStream_t stream) {
+void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream) {
   const std::int64_t tokens_heads = p.T * p.H, tokens_value_heads = p.T * p.HV;
   if (tokens_heads > 0) {
     const std::int64_t blocks = (tokens_heads * 32 + 255) / 256;
@@ -542,10 +542,10 @@ void launch_backward_kernels(const BackwardParams& p, cudaStream_t stream) {
     prepare_gates<<<static_cast<unsigned>((tokens_value_heads + 255) / 256), 256, 0, stream>>>(p);
     check_launch("prepare_gates");
   }
-  const std::size_t shared = backward_sweep_shared_bytes(p.threads);
-  if (p.input_type == static_cast<int>(ElementType::bf16)) launch_sweep<__nv_bfloat16>(p, shared, stream);
-  else if (p.input_type == static_cast<int>(ElementType::f16)) launch_sweep<__half>(p, shared, stream);
-  else launch_sweep<float>(p, shared, stream);
+}
+
+void launch_backward_finish(const BackwardParams& p, cudaStream_t stream) {
+  const std::int64_t tokens_heads = p.T * p.H, tokens_value_heads = p.T * p.HV;
   if (tokens_heads > 0) {
     finish_qk<<<static_cast<unsigned>(tokens_heads), p.threads, 0, stream>>>(p);
     check_launch("finish_qk");
@@ -558,6 +558,15 @@ void launch_backward_kernels(const BackwardParams& p, cudaStream_t stream) {
     head_sums<<<static_cast<unsigned>(p.HV), kBackwardMaxThreads, 0, stream>>>(p);
     check_launch("head_sums");
   }
+}
+
+void launch_backward_kernels(const BackwardParams& p, cudaStream_t stream) {
+  launch_backward_prepare(p, stream);
+  const std::size_t shared = backward_sweep_shared_bytes(p.threads);
+  if (p.input_type == static_cast<int>(ElementType::bf16)) launch_sweep<__nv_bfloat16>(p, shared, stream);
+  else if (p.input_type == static_cast<int>(ElementType::f16)) launch_sweep<__half>(p, shared, stream);
+  else launch_sweep<float>(p, shared, stream);
+  launch_backward_finish(p, stream);
 }
 
 }  // namespace gdn::cuda::detail

@@ -1,4 +1,5 @@
 #include "cuda/implementations/chunked_implementation.hpp"
+#include "cuda/implementations/implementations.hpp"
 
 #include <cstring>
 #include <stdexcept>
@@ -28,6 +29,27 @@ std::string ChunkedPrefillKernel::name() const {
   if (options_.rounding == ChunkedRounding::single) n += ".single";
   if (cu_seqlens_type_ == IndexType::i64) n += ".cu64";
   return n;
+}
+
+bool ChunkedPrefillKernel::has_backward() const {
+  const ChunkedOptions defaults{};
+  return options_.value_tile == defaults.value_tile && options_.split_chunks == defaults.split_chunks &&
+         options_.rounding == defaults.rounding && options_.long_value_tile == defaults.long_value_tile &&
+         options_.long_above_chunks == defaults.long_above_chunks;
+}
+
+bool ChunkedPrefillKernel::supports_backward(const Problem& problem, std::string* why) const {
+  if (!has_backward()) {
+    if (why) *why = name() + " has no backward (the chunked backward is on cuda.chunked_prefill)";
+    return false;
+  }
+  return device_backward_supports(problem, BackwardAlgorithm::chunked, why);
+}
+
+Gradients<double> ChunkedPrefillKernel::backward(const Problem& problem, const Inputs& inputs,
+                                                 const BackwardInputs& cotangents) {
+  if (!has_backward()) throw std::logic_error(name() + " has no backward");
+  return run_device_backward(problem, inputs, cotangents, cu_seqlens_type_, BackwardAlgorithm::chunked);
 }
 
 bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) const {

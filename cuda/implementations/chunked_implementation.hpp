@@ -37,6 +37,15 @@ class ChunkedPrefillKernel : public Implementation {
   bool available(std::string* why) const override { return device_available(why); }
   bool supports(const Problem& problem, std::string* why) const override;
   Outputs<double> run(const Problem& problem, const Inputs& inputs) override;
+  // The chunked backward (cuda/api/backward.hpp, BackwardAlgorithm::chunked): the adjoint of
+  // the WY form in chunks of 64, so its calibrated baseline is the chunked backward's fp32
+  // emulation at chunk size 64. It does not depend on the forward's rounding mode or tiling;
+  // only the default entry (cuda.chunked_prefill, and its .cu64 twin) carries it, so that a
+  // conformance run of every entry judges it once.
+  bool has_backward() const override;
+  Formulation backward_formulation() const override { return Formulation::chunked; }
+  bool supports_backward(const Problem& problem, std::string* why) const override;
+  Gradients<double> backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& cotangents) override;
   // run() with the debug mode on: *trace receives the kernel's per-chunk intermediates.
   Outputs<double> run_traced(const Problem& problem, const Inputs& inputs, KernelTrace* trace);
 

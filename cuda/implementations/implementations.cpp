@@ -109,24 +109,38 @@ Outputs<double> KernelAdapter::run(const Problem& problem, const Inputs& inputs)
   return out;
 }
 
-bool KernelAdapter::supports_backward(const Problem& problem, std::string* why) const {
+bool device_backward_supports(const Problem& problem, BackwardAlgorithm algorithm, std::string* why) {
   auto no = [&](const std::string& reason) {
     if (why) *why = reason;
     return false;
   };
-  if (!has_backward()) return no(name() + " has no backward");
   if (problem.input_dtype == DType::f64) return no("input dtype f64 has no CUDA kernel");
   if (const auto rule = detail::unsupported_storage(problem); !rule.first.empty())
     return no(rule.first + ": " + rule.second);
   if (problem.K > 256 || problem.V > 256) return no("K and V must be <= 256");
+  if (algorithm == BackwardAlgorithm::chunked && problem.K > 128)
+    return no("K must be <= 128 for the chunked backward");
   if (problem.uses_state_cache()) return no("the backward covers dense states only (no state cache)");
   if (problem.store_intermediate_states) return no("the backward does not differentiate per-token states");
   return true;
 }
 
+bool KernelAdapter::supports_backward(const Problem& problem, std::string* why) const {
+  if (!has_backward()) {
+    if (why) *why = name() + " has no backward";
+    return false;
+  }
+  return device_backward_supports(problem, BackwardAlgorithm::sequential, why);
+}
+
 Gradients<double> KernelAdapter::backward(const Problem& problem, const Inputs& inputs,
                                           const BackwardInputs& cotangents) {
   if (!has_backward()) throw std::logic_error(name() + " has no backward");
+  return run_device_backward(problem, inputs, cotangents, cu_seqlens_type_, BackwardAlgorithm::sequential);
+}
+
+Gradients<double> run_device_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& cotangents,
+                                      IndexType cu_seqlens_type, BackwardAlgorithm algorithm) {
   validate(problem, inputs);
   std::vector<GuardedBuffer> buffers;
   buffers.reserve(32);  // stable addresses: references into the vector are held below
@@ -135,7 +149,7 @@ Gradients<double> KernelAdapter::backward(const Problem& problem, const Inputs& 
   add_token_inputs(buffers, problem, inputs, t.forward);
   if (problem.has_h0)
     t.forward.h0 = static_cast<const float*>(add_input(buffers, "h0", inputs.h0, DType::f32).data());
-  add_cu_seqlens(buffers, problem, cu_seqlens_type_, t.forward);
+  add_cu_seqlens(buffers, problem, cu_seqlens_type, t.forward);
   t.dO = add_input(buffers, "dO", cotangents.dO, in).data();
   if (cotangents.dhT.defined() && problem.has_hT)
     t.dhT = static_cast<const float*>(add_input(buffers, "dhT", cotangents.dhT, DType::f32).data());
@@ -166,11 +180,12 @@ Gradients<double> KernelAdapter::backward(const Problem& problem, const Inputs& 
     t.ddt_bias = static_cast<float*>(output("ddt_bias", problem.head_param_shape(), DType::f32));
   }
   if (problem.has_h0) t.dh0 = static_cast<float*>(output("dh0", problem.state_shape(), DType::f32));
-  t.workspace_bytes = backward_workspace_bytes(problem);
+  t.workspace_bytes = backward_workspace_bytes(problem, algorithm);
   // The workspace too starts as NaN: a part the kernels read before writing poisons a gradient.
   t.workspace = add_output(buffers, "workspace", t.workspace_bytes).data();
 
-  recurrent_backward(problem, t, nullptr);
+  if (algorithm == BackwardAlgorithm::chunked) chunked_backward(problem, t, nullptr);
+  else recurrent_backward(problem, t, nullptr);
   check_cuda(cudaDeviceSynchronize(), "backward kernel execution");
   for (const GuardedBuffer& b : buffers) b.check_canaries();
 

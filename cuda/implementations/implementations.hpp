@@ -10,10 +10,18 @@
 
 #include "core/implementation.hpp"
 #include "cuda/api/api.hpp"
+#include "cuda/api/backward.hpp"
 
 namespace gdn::cuda {
 
 enum class Entry { recurrent_prefill, decode };
+
+// A CUDA backward (cuda/api/backward.hpp) on host inputs, with the adapters' guards: every
+// gradient and the workspace start as NaN (0xFF bytes), canaries around every buffer. Shared by
+// the recurrent prefill's adapter (sequential) and the chunked prefill's (chunked).
+bool device_backward_supports(const Problem& problem, BackwardAlgorithm algorithm, std::string* why);
+Gradients<double> run_device_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& cotangents,
+                                      IndexType cu_seqlens_type, BackwardAlgorithm algorithm);
 
 class KernelAdapter : public Implementation {
  public:

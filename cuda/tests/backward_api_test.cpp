@@ -27,7 +27,7 @@ Problem small_problem() {
   return p;
 }
 
-BackwardTensors tensors_for(const Problem& p) {
+BackwardTensors tensors_for(const Problem& p, BackwardAlgorithm algorithm = BackwardAlgorithm::sequential) {
   BackwardTensors t;
   t.forward.q = fake(1);
   t.forward.k = fake(2);
@@ -58,7 +58,7 @@ BackwardTensors tensors_for(const Problem& p) {
   t.dk = fake(16);
   t.dv = fake(17);
   t.workspace = fake(30);
-  t.workspace_bytes = backward_workspace_bytes(p);
+  t.workspace_bytes = backward_workspace_bytes(p, algorithm);
   return t;
 }
 
@@ -95,6 +95,32 @@ TEST_CASE("the workspace holds the partial sums of every V tile and a state ever
   BackwardTensors t = tensors_for(p);
   t.workspace_bytes -= 4;
   require_error([&] { validate_backward(p, t); }, "workspace_bytes", "at least");
+}
+
+TEST_CASE("the chunked backward's workspace holds each chunk's intermediates for at most T / 64 + N chunks") {
+  const Problem p = small_problem();  // lengths 3, 0, 70: 1 + 0 + 2 chunks; bound 73 / 64 + 3 = 4
+  const std::int64_t chunks = 4, C = 64;
+  const std::int64_t table_floats = ((chunks * 8 + chunks * 4 + (p.N() + 1) * 4 + 15) / 16) * 4;
+  const std::int64_t per_slot = 5 * C + 2 * C * C + C * p.K + 3 * C * p.V + 2 * p.K * p.V;
+  const std::int64_t floats = table_floats + 2 * p.T * p.H + 2 * p.T * p.HV + 2 * p.T * p.HV * p.K +
+                              2 * p.T * p.HV + chunks * p.HV * per_slot;
+  CHECK(backward_workspace_bytes(p, BackwardAlgorithm::chunked) == static_cast<std::size_t>(floats) * 4);
+  BackwardTensors t = tensors_for(p, BackwardAlgorithm::chunked);
+  CHECK_NOTHROW(validate_backward(p, t, BackwardAlgorithm::chunked));
+  // The sequential backward's workspace is not the chunked one's.
+  t.workspace_bytes = backward_workspace_bytes(p);
+  REQUIRE(t.workspace_bytes < backward_workspace_bytes(p, BackwardAlgorithm::chunked));
+  require_error([&] { validate_backward(p, t, BackwardAlgorithm::chunked); }, "workspace_bytes", "at least");
+}
+
+TEST_CASE("the chunked backward takes K <= 128, the sequential one K <= 256") {
+  Problem p = small_problem();
+  p.K = 129;
+  CHECK_NOTHROW(validate_backward(p, tensors_for(p)));
+  require_error([&] { validate_backward(p, tensors_for(p, BackwardAlgorithm::chunked), BackwardAlgorithm::chunked); },
+                "K", "<= 128");
+  p.K = 128;
+  CHECK_NOTHROW(validate_backward(p, tensors_for(p, BackwardAlgorithm::chunked), BackwardAlgorithm::chunked));
 }
 
 TEST_CASE("the backward rejects what it does not cover, naming the option") {

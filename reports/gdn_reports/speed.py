@@ -61,8 +61,9 @@ def peer_matches(peer, benchmark) -> bool:
     matter: every variant is compared with the same peer time. Or the benchmark's label is
     the peer result's name (a named shape)."""
     # A backward is compared with backwards only (cuda/peers/backward_peers.py names its peer
-    # "... backward ..."; cuda/bench/backward_bench.cpp's family is BM_backward).
-    if ("backward" in (peer.peer or "").lower()) != (family(benchmark) == "BM_backward"):
+    # "... backward ..."; cuda/bench/backward_bench.cpp's families are BM_backward and
+    # BM_backward_chunked).
+    if ("backward" in (peer.peer or "").lower()) != family(benchmark).startswith("BM_backward"):
         return False
     # A named shape: the benchmark's label (SetLabel) equals the peer result's name, e.g.
     # "qwen3next_4x8192" in cuda/bench/chunked_bench.cpp and cuda/peers/fla_chunk.py; the token
@@ -176,6 +177,7 @@ HEADLINE_FAMILIES = {
     "BM_chunked_default": ("cuda.chunked_prefill", {}),
     "BM_chunked_single": ("cuda.chunked_prefill.single", {}),
     "BM_backward": ("cuda.recurrent_prefill.backward", {}),
+    "BM_backward_chunked": ("cuda.chunked_prefill.backward", {}),
 }
 # Name arguments that say which problem ran, not how.
 SHAPE_ARGUMENTS = frozenset(SHAPE_KEYS) | {"shape", "batch", "sequences", "length", "items"}

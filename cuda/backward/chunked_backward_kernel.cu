@@ -1,0 +1,738 @@
+// The chunked backward (docs/cuda_backward.md, "The chunked backward"): the adjoint of the WY
+// form of docs/semantics.md §4, stage for stage the algebra of reference/backward_chunked.cpp,
+// in fp32, bitwise deterministic and batch invariant.
+//
+// Per chunk of C = 64 tokens of one (sequence, value head), with gamma the in-chunk cumulative
+// log decay (restarting at a token whose exp(g) is 0), a_i = e^gamma_i, b_i = e^(gamma_c -
+// gamma_i), E_il = e^(gamma_i - gamma_l) (all zero across a reset), Q = scale q^, K = k^:
+//   A = strictly lower (beta_i E_il k_i.k_l),  T = (I + A)^-1,
+//   W = T diag(beta a) K,  U = T diag(beta) V,  Vnew = U - W S0,
+//   O = diag(a) Q S0 + P Vnew (P = Mask . Q K^T . E),  S_end = a_c S0 + K^T diag(b) Vnew.
+//
+// Stages, in launch order (between the shared prepare and finish kernels of backward_kernel.cu):
+//  1. chunk_table: the chunks of every sequence (one thread; N is small).
+//  2. chunk_prepare: per (chunk, value head), everything that does not need the state: gamma,
+//     a, b, the segments, beta; P; T and [W | U] by forward substitution on the unit lower
+//     triangle, one column per thread.
+//  3. chunk_states: per (sequence, value head, 32 columns of V), the chunks in order: S0 of each
+//     chunk stored, Vnew = U - W S0 stored, S advanced. The columns of the state evolve
+//     independently (the recurrence mixes rows only through sums over K), so a block of columns
+//     runs its whole sequence alone.
+//  4. chunk_dstates: per (sequence, value head, 32 columns), the chunks in reverse: dS_end
+//     stored, dVnew = diag(b) K dS_end + P^T dO stored, dS0 = a_c dS_end + Q^T diag(a) dO -
+//     W^T dVnew; dh0 at the end.
+//  5. chunk_gradients: per (chunk, value head), every other adjoint of the chunk (the reference's
+//     loop body), the sums over V in slabs of 32 columns; dv stored, the value head's shares of
+//     dq, dk, dg, dbeta to the workspace for finish_qk / finish_gates (tiles = 1).
+//
+// Determinism: no atomics; every sum runs in one fixed order (in-thread loops over an index,
+// warp butterflies of a fixed pattern, warps in order). Nothing depends on a sequence's
+// neighbours: chunks start at the sequence's first token.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/backward/backward_params.hpp"
+#include "cuda/common/element.cuh"
+#include "cuda/recurrent/recurrent_params.hpp"
+
+namespace gdn::cuda::detail {
+namespace {
+
+constexpr int C = kChunkedBackwardChunk;
+constexpr int KM = kChunkedBackwardMaxK;
+constexpr int VT = kChunkedBackwardStateColumns;
+constexpr int NT = kChunkedBackwardThreads;
+constexpr int NS = kChunkedBackwardScalars;
+constexpr int KP = KM + 1;  // pitches that keep column walks free of bank conflicts
+constexpr int CP = C + 1;
+constexpr int VS = 32;      // V columns per slab of chunk_gradients
+constexpr int VSP = VS + 1;
+constexpr int kWarps = NT / 32;
+constexpr unsigned kFull = 0xffffffffu;
+
+static_assert(NT == 256 && C == 64 && KM == 128 && VT == 32, "the thread mappings below assume these");
+
+__device__ __forceinline__ std::int64_t boundary(const BackwardParams& p, int n) {
+  return p.cu_seqlens_64 ? static_cast<const long long*>(p.cu_seqlens)[n]
+                         : static_cast<std::int64_t>(static_cast<const int*>(p.cu_seqlens)[n]);
+}
+
+__device__ __forceinline__ void store_as(void* p, int type, std::int64_t i, float x) {
+  if (type == static_cast<int>(ElementType::bf16)) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
+  else if (type == static_cast<int>(ElementType::f16)) static_cast<__half*>(p)[i] = __float2half_rn(x);
+  else static_cast<float*>(p)[i] = x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) x += __shfl_xor_sync(kFull, x, o);
+  return x;
+}
+
+// The state element (row, column) of sequence n, value head j in a dense state tensor.
+__device__ __forceinline__ std::int64_t state_index(const BackwardParams& p, int n, int j, int row, int column) {
+  const std::int64_t head = static_cast<std::int64_t>(n) * p.HV + j;
+  return p.v_major ? (head * p.V + column) * p.K + row : (head * p.K + row) * p.V + column;
+}
+
+// Offsets of chunk `ck`, value head j in the per-chunk tensors.
+__device__ __forceinline__ std::int64_t slot(const BackwardParams& p, int ck, int j) {
+  return static_cast<std::int64_t>(ck) * p.HV + j;
+}
+
+__global__ void chunk_table(BackwardParams p) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int ck = 0;
+  for (int n = 0; n < p.N; ++n) {
+    p.sequence_chunk[n] = ck;
+    const std::int64_t bos = boundary(p, n), eos = boundary(p, n + 1);
+    for (std::int64_t t = bos; t < eos; t += C, ++ck) {
+      p.chunk_begin[ck] = t;
+      p.chunk_length[ck] = static_cast<int>(eos - t < C ? eos - t : C);
+    }
+  }
+  p.sequence_chunk[p.N] = ck;
+}
+
+// Loads the chunk's Q = scale q^ and K = k^ rows (zeros past c and past K) at pitch KP.
+template <typename In>
+__device__ __forceinline__ void load_qk(const BackwardParams& p, std::int64_t t0, int c, int h, float* Qs,
+                                        float* Ks) {
+  const In* q = static_cast<const In*>(p.q);
+  const In* k = static_cast<const In*>(p.k);
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    float qv = 0.f, kv = 0.f;
+    if (i < c && x < p.K) {
+      const std::int64_t th = (t0 + i) * p.H + h;
+      qv = to_float(q[th * p.K + x]) * p.inv_norm_q[th] * p.scale;
+      kv = to_float(k[th * p.K + x]) * p.inv_norm_k[th];
+    }
+    Qs[i * KP + x] = qv;
+    Ks[i * KP + x] = kv;
+  }
+}
+
+// E_il for l <= i of the staged chunk (1 on the diagonal, 0 across a reset).
+__device__ __forceinline__ float decay_between(const float* gamma, const float* segment, int i, int l) {
+  if (l == i) return 1.f;
+  return segment[i] == segment[l] ? expf(gamma[i] - gamma[l]) : 0.f;
+}
+
+template <typename In>
+__global__ void __launch_bounds__(NT) chunk_prepare(BackwardParams p) {
+  extern __shared__ float shared[];
+  float* Qs = shared;             // [C][KP]
+  float* Ks = Qs + C * KP;        // [C][KP]
+  float* As = Ks + C * KP;        // [C][CP]: A, strictly lower
+  float* sc = As + C * CP;        // [NS][C]
+  float* gamma = sc, *a = sc + C, *b = sc + 2 * C, *segment = sc + 3 * C, *beta = sc + 4 * C;
+  const int ck = blockIdx.x, j = blockIdx.y;
+  if (ck >= p.sequence_chunk[p.N]) return;
+  const std::int64_t t0 = p.chunk_begin[ck];
+  const int c = p.chunk_length[ck];
+  const std::int64_t at = slot(p, ck, j);
+  load_qk<In>(p, t0, c, j / p.group, Qs, Ks);
+  if (threadIdx.x == 0) {
+    // The cumulative log decay in token order, restarting at a token whose exp(g) is 0 in fp32
+    // (reference/chunked.cpp: no -inf - (-inf), no differences of huge sums).
+    float running = 0.f;
+    int seg = -1;
+    for (int i = 0; i < C; ++i) {
+      if (i < c) {
+        const float g = p.gate_g[(t0 + i) * p.HV + j];
+        if (expf(g) == 0.f) {
+          seg = i;
+          running = 0.f;
+        } else {
+          running += g;
+        }
+        gamma[i] = running;
+        segment[i] = static_cast<float>(seg);
+        beta[i] = p.gate_beta[(t0 + i) * p.HV + j];
+      } else {
+        gamma[i] = 0.f;
+        segment[i] = -2.f;  // a segment of its own: every decay to or from it is 0
+        beta[i] = 0.f;
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < C) {
+    const int i = threadIdx.x;
+    a[i] = (i < c && segment[i] < 0.f) ? expf(gamma[i]) : 0.f;
+    b[i] = (i < c && segment[i] == segment[c - 1]) ? expf(gamma[c - 1] - gamma[i]) : 0.f;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < NS * C; e += NT) p.chunk_scalars[at * NS * C + e] = sc[e];
+  // A and P: the sums over K in index order.
+  for (int e = threadIdx.x; e < C * C; e += NT) {
+    const int i = e / C, l = e % C;
+    float A = 0.f, P = 0.f;
+    if (i < c && l <= i) {
+      float gk = 0.f, qk = 0.f;
+      for (int x = 0; x < p.K; ++x) {
+        gk = fmaf(Ks[i * KP + x], Ks[l * KP + x], gk);
+        qk = fmaf(Qs[i * KP + x], Ks[l * KP + x], qk);
+      }
+      const float E = decay_between(gamma, segment, i, l);
+      if (l < i) A = beta[i] * E * gk;
+      P = E * qk;
+    }
+    As[i * CP + l] = A;
+    p.chunk_P[at * C * C + e] = P;
+  }
+  __syncthreads();
+  // [T | W | U] = (I + A)^-1 [I | diag(beta a) K | diag(beta) V], one column per thread, by
+  // forward substitution (rows in order, the sum over earlier rows in index order).
+  const In* v = static_cast<const In*>(p.v);
+  const int columns = C + p.K + p.V;
+  for (int col = threadIdx.x; col < columns; col += NT) {
+    float x[C];
+#pragma unroll 1
+    for (int i = 0; i < C; ++i) {
+      float r;
+      if (i >= c) r = 0.f;
+      else if (col < C) r = col == i ? 1.f : 0.f;
+      else if (col < C + p.K) r = beta[i] * a[i] * Ks[i * KP + (col - C)];
+      else r = beta[i] * to_float(v[((t0 + i) * p.HV + j) * p.V + (col - C - p.K)]);
+      for (int l = 0; l < i; ++l) r = fmaf(-As[i * CP + l], x[l], r);
+      x[i] = r;
+    }
+    if (col < C) {
+      for (int i = 0; i < C; ++i) p.chunk_T[(at * C + i) * C + col] = x[i];
+    } else if (col < C + p.K) {
+      for (int i = 0; i < C; ++i) p.chunk_W[(at * C + i) * p.K + (col - C)] = x[i];
+    } else {
+      for (int i = 0; i < C; ++i) p.chunk_U[(at * C + i) * p.V + (col - C - p.K)] = x[i];
+    }
+  }
+}
+
+// Loads the chunk's W (C x K, pitch KM) and, per row, K scaled by `scale_of` (pitch KM).
+template <typename In>
+__device__ __forceinline__ void load_w_and_scaled_k(const BackwardParams& p, std::int64_t at, std::int64_t t0, int c,
+                                                    int h, const float* row_scale, float* Ws, float* Kx) {
+  const In* k = static_cast<const In*>(p.k);
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    float w = 0.f, kv = 0.f;
+    if (x < p.K) {
+      w = p.chunk_W[(at * C + i) * p.K + x];
+      if (i < c) {
+        const std::int64_t th = (t0 + i) * p.H + h;
+        kv = to_float(k[th * p.K + x]) * p.inv_norm_k[th] * row_scale[i];
+      }
+    }
+    Ws[e] = w;
+    Kx[e] = kv;
+  }
+}
+
+template <typename In>
+__global__ void __launch_bounds__(NT) chunk_states(BackwardParams p) {
+  extern __shared__ float shared[];
+  float* S = shared;             // [KM][VT]
+  float* Ws = S + KM * VT;       // [C][KM]
+  float* Kb = Ws + C * KM;       // [C][KM]: diag(b) K
+  float* Us = Kb + C * KM;       // [C][VT]
+  float* Vn = Us + C * VT;       // [C][VT]
+  float* sc = Vn + C * VT;       // [NS][C]
+  const int tiles = (p.V + VT - 1) / VT;
+  const int n = blockIdx.x / tiles, tile = blockIdx.x % tiles, j = blockIdx.y, h = j / p.group;
+  const int c0 = tile * VT, cols = min(VT, p.V - c0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int e = threadIdx.x; e < KM * VT; e += NT) {
+    const int x = e / VT, w = e % VT;
+    S[e] = (p.h0 != nullptr && x < p.K && w < cols) ? p.h0[state_index(p, n, j, x, c0 + w)] : 0.f;
+  }
+  for (int ck = p.sequence_chunk[n]; ck < p.sequence_chunk[n + 1]; ++ck) {
+    const std::int64_t at = slot(p, ck, j), t0 = p.chunk_begin[ck];
+    const int c = p.chunk_length[ck];
+    __syncthreads();  // the previous chunk's readers of Ws, Kb, Us, Vn, sc are done
+    for (int e = threadIdx.x; e < NS * C; e += NT) sc[e] = p.chunk_scalars[at * NS * C + e];
+    __syncthreads();
+    load_w_and_scaled_k<In>(p, at, t0, c, h, sc + 2 * C, Ws, Kb);
+    for (int e = threadIdx.x; e < C * VT; e += NT) {
+      const int i = e / VT, w = e % VT;
+      Us[e] = w < cols ? p.chunk_U[(at * C + i) * p.V + c0 + w] : 0.f;
+    }
+    for (int e = threadIdx.x; e < KM * VT; e += NT) {
+      const int x = e / VT, w = e % VT;
+      if (x < p.K && w < cols) p.chunk_S0[(at * p.K + x) * p.V + c0 + w] = S[e];
+    }
+    __syncthreads();
+    // Vnew = U - W S0: thread (i, w), i = warp + 8 r.
+#pragma unroll
+    for (int r = 0; r < C / kWarps; ++r) {
+      const int i = warp + kWarps * r;
+      float s = 0.f;
+      for (int x = 0; x < p.K; ++x) s = fmaf(Ws[i * KM + x], S[x * VT + lane], s);
+      const float vn = Us[i * VT + lane] - s;
+      Vn[i * VT + lane] = vn;
+      if (lane < cols) p.chunk_Vnew[(at * C + i) * p.V + c0 + lane] = vn;
+    }
+    __syncthreads();
+    // S_end = a_c S0 + K^T diag(b) Vnew: thread (x, w), x = warp + 8 r.
+    const float ac = sc[C + c - 1];
+    for (int r = 0; r < KM / kWarps; ++r) {
+      const int x = warp + kWarps * r;
+      float s = 0.f;
+      for (int i = 0; i < c; ++i) s = fmaf(Kb[i * KM + x], Vn[i * VT + lane], s);
+      S[x * VT + lane] = fmaf(ac, S[x * VT + lane], s);
+    }
+  }
+}
+
+template <typename In>
+__global__ void __launch_bounds__(NT) chunk_dstates(BackwardParams p) {
+  extern __shared__ float shared[];
+  float* dS = shared;            // [KM][VT]
+  float* Ws = dS + KM * VT;      // [C][KM]
+  float* Kb = Ws + C * KM;       // [C][KM]: diag(b) K
+  float* Qa = Kb + C * KM;       // [C][KM]: diag(a) Q
+  float* Ps = Qa + C * KM;       // [C][C]
+  float* dO = Ps + C * C;        // [C][VT]
+  float* dVn = dO + C * VT;      // [C][VT]
+  float* sc = dVn + C * VT;      // [NS][C]
+  const In* dO_in = static_cast<const In*>(p.dO);
+  const In* q = static_cast<const In*>(p.q);
+  const int tiles = (p.V + VT - 1) / VT;
+  const int n = blockIdx.x / tiles, tile = blockIdx.x % tiles, j = blockIdx.y, h = j / p.group;
+  const int c0 = tile * VT, cols = min(VT, p.V - c0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int e = threadIdx.x; e < KM * VT; e += NT) {
+    const int x = e / VT, w = e % VT;
+    dS[e] = (p.dhT != nullptr && x < p.K && w < cols) ? p.dhT[state_index(p, n, j, x, c0 + w)] : 0.f;
+  }
+  for (int ck = p.sequence_chunk[n + 1] - 1; ck >= p.sequence_chunk[n]; --ck) {
+    const std::int64_t at = slot(p, ck, j), t0 = p.chunk_begin[ck];
+    const int c = p.chunk_length[ck];
+    __syncthreads();
+    for (int e = threadIdx.x; e < NS * C; e += NT) sc[e] = p.chunk_scalars[at * NS * C + e];
+    __syncthreads();
+    load_w_and_scaled_k<In>(p, at, t0, c, h, sc + 2 * C, Ws, Kb);
+    for (int e = threadIdx.x; e < C * KM; e += NT) {
+      const int i = e / KM, x = e % KM;
+      float qv = 0.f;
+      if (i < c && x < p.K) {
+        const std::int64_t th = (t0 + i) * p.H + h;
+        qv = to_float(q[th * p.K + x]) * p.inv_norm_q[th] * p.scale * sc[C + i];
+      }
+      Qa[e] = qv;
+    }
+    for (int e = threadIdx.x; e < C * C; e += NT) Ps[e] = p.chunk_P[at * C * C + e];
+    for (int e = threadIdx.x; e < C * VT; e += NT) {
+      const int i = e / VT, w = e % VT;
+      dO[e] = (i < c && w < cols) ? to_float(dO_in[((t0 + i) * p.HV + j) * p.V + c0 + w]) : 0.f;
+    }
+    for (int e = threadIdx.x; e < KM * VT; e += NT) {
+      const int x = e / VT, w = e % VT;
+      if (x < p.K && w < cols) p.chunk_dS[(at * p.K + x) * p.V + c0 + w] = dS[e];
+    }
+    __syncthreads();
+    // dVnew = diag(b) K dS_end + P^T dO: thread (i, w), i = warp + 8 r.
+#pragma unroll
+    for (int r = 0; r < C / kWarps; ++r) {
+      const int i = warp + kWarps * r;
+      float s = 0.f;
+      for (int x = 0; x < p.K; ++x) s = fmaf(Kb[i * KM + x], dS[x * VT + lane], s);
+      for (int l = i; l < c; ++l) s = fmaf(Ps[l * C + i], dO[l * VT + lane], s);
+      if (i >= c) s = 0.f;
+      dVn[i * VT + lane] = s;
+      if (lane < cols) p.chunk_dVnew[(at * C + i) * p.V + c0 + lane] = s;
+    }
+    __syncthreads();
+    // dS0 = a_c dS_end + Q^T diag(a) dO - W^T dVnew: thread (x, w), x = warp + 8 r.
+    const float ac = sc[C + c - 1];
+    for (int r = 0; r < KM / kWarps; ++r) {
+      const int x = warp + kWarps * r;
+      float s = 0.f, t = 0.f;
+      for (int i = 0; i < c; ++i) {
+        s = fmaf(Qa[i * KM + x], dO[i * VT + lane], s);
+        t = fmaf(Ws[i * KM + x], dVn[i * VT + lane], t);
+      }
+      dS[x * VT + lane] = fmaf(ac, dS[x * VT + lane], s - t);
+    }
+  }
+  __syncthreads();
+  if (p.dh0 != nullptr) {
+    for (int e = threadIdx.x; e < KM * VT; e += NT) {
+      const int x = e / VT, w = e % VT;
+      if (x < p.K && w < cols) p.dh0[state_index(p, n, j, x, c0 + w)] = dS[e];
+    }
+  }
+}
+
+// The fixed-order sum over the block of one value per thread, in every thread.
+__device__ __forceinline__ float block_total(float x, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  x = warp_sum(x);
+  __syncthreads();
+  if (lane == 0) red[warp] = x;
+  __syncthreads();
+  float s = red[0];
+  for (int w = 1; w < kWarps; ++w) s += red[w];
+  return s;
+}
+
+template <typename In>
+__global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
+  extern __shared__ float shared[];
+  float* Qs = shared;              // [C][KP]
+  float* Ks = Qs + C * KP;         // [C][KP]
+  float* Ts = Ks + C * KP;         // [C][CP]: T
+  float* QKs = Ts + C * CP;        // [C][CP]: Q K^T, later dE
+  float* Gks = QKs + C * CP;       // [C][CP]: K K^T, later dGk
+  float* sc = Gks + C * CP;        // [NS][C]
+  float* gamma = sc, *a = sc + C, *b = sc + 2 * C, *segment = sc + 3 * C, *beta = sc + 4 * C;
+  float* da = sc + NS * C;         // [C]
+  float* db = da + C;              // [C]
+  float* dbeta = db + C;           // [C]
+  float* red = dbeta + C;          // [kWarps]
+  float* work = red + 32;
+  // The slab phase's buffers ...
+  float* S0s = work;               // [KM][VSP]
+  float* dSs = S0s + KM * VSP;     // [KM][VSP]
+  float* dOs = dSs + KM * VSP;     // [C][VSP]
+  float* Vns = dOs + C * VSP;      // [C][VSP]
+  float* dVns = Vns + C * VSP;     // [C][VSP]
+  float* Us = dVns + C * VSP;      // [C][VSP]
+  float* Vs = Us + C * VSP;        // [C][VSP]
+  float* dYs = Vs + C * VSP;       // [C][VSP]
+  // ... and, over them, the closing phase's.
+  float* dWs = work;               // [C][KP]: dW, later dX
+  float* Ws = dWs + C * KP;        // [C][KP]
+  float* dPs = Ws + C * KP;        // [C][CP]: dP, later dQK
+  float* dAs = dPs + C * CP;       // [C][CP]
+
+  const In* v_in = static_cast<const In*>(p.v);
+  const In* dO_in = static_cast<const In*>(p.dO);
+  const int ck = blockIdx.x, j = blockIdx.y;
+  if (ck >= p.sequence_chunk[p.N]) return;
+  const std::int64_t t0 = p.chunk_begin[ck];
+  const int c = p.chunk_length[ck];
+  const std::int64_t at = slot(p, ck, j);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int R = C / kWarps;   // rows per thread: i = warp + 8 r
+  constexpr int M = KM / 32;      // K columns per thread: x = lane + 32 m
+  constexpr int L = C / 32;       // C columns per thread: l = lane + 32 m
+
+  load_qk<In>(p, t0, c, j / p.group, Qs, Ks);
+  for (int e = threadIdx.x; e < NS * C; e += NT) sc[e] = p.chunk_scalars[at * NS * C + e];
+  for (int e = threadIdx.x; e < C * C; e += NT) Ts[(e / C) * CP + e % C] = p.chunk_T[at * C * C + e];
+  if (threadIdx.x < C) da[threadIdx.x] = db[threadIdx.x] = dbeta[threadIdx.x] = 0.f;
+  __syncthreads();
+  for (int e = threadIdx.x; e < C * C; e += NT) {
+    const int i = e / C, l = e % C;
+    float gk = 0.f, qk = 0.f;
+    for (int x = 0; x < p.K; ++x) {
+      gk = fmaf(Ks[i * KP + x], Ks[l * KP + x], gk);
+      qk = fmaf(Qs[i * KP + x], Ks[l * KP + x], qk);
+    }
+    Gks[i * CP + l] = gk;
+    QKs[i * CP + l] = qk;
+  }
+
+  // The slab phase: every product that sums over V.
+  float G1[R][M], G2[R][M], dWn[R][M], dP[R][L], dA[R][L], dbeta_v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    dbeta_v[r] = 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) G1[r][m] = G2[r][m] = dWn[r][m] = 0.f;
+#pragma unroll
+    for (int m = 0; m < L; ++m) dP[r][m] = dA[r][m] = 0.f;
+  }
+  float sds = 0.f;  // this thread's share of <dS_end, S0>
+  for (int v0 = 0; v0 < p.V; v0 += VS) {
+    const int vs = min(VS, p.V - v0);
+    __syncthreads();
+    for (int e = threadIdx.x; e < KM * VS; e += NT) {
+      const int x = e / VS, w = e % VS;
+      float s0 = 0.f, ds = 0.f;
+      if (x < p.K && w < vs) {
+        s0 = p.chunk_S0[(at * p.K + x) * p.V + v0 + w];
+        ds = p.chunk_dS[(at * p.K + x) * p.V + v0 + w];
+      }
+      S0s[x * VSP + w] = s0;
+      dSs[x * VSP + w] = ds;
+      sds = fmaf(s0, ds, sds);
+    }
+    for (int e = threadIdx.x; e < C * VS; e += NT) {
+      const int i = e / VS, w = e % VS;
+      float o = 0.f, vn = 0.f, dvn = 0.f, u = 0.f, vv = 0.f;
+      if (w < vs) {
+        const std::int64_t row = (at * C + i) * p.V + v0 + w;
+        vn = p.chunk_Vnew[row];
+        dvn = p.chunk_dVnew[row];
+        u = p.chunk_U[row];
+        if (i < c) {
+          const std::int64_t tv = ((t0 + i) * p.HV + j) * p.V + v0 + w;
+          o = to_float(dO_in[tv]);
+          vv = to_float(v_in[tv]);
+        }
+      }
+      dOs[i * VSP + w] = o;
+      Vns[i * VSP + w] = vn;
+      dVns[i * VSP + w] = dvn;
+      Us[i * VSP + w] = u;
+      Vs[i * VSP + w] = vv;
+    }
+    __syncthreads();
+    // dY = T^T dU (dU = dVnew): thread (i, w = lane); dv = diag(beta) dY, dbeta += V . dY.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = warp + kWarps * r;
+      float y = 0.f;
+      for (int l = i; l < c; ++l) y = fmaf(Ts[l * CP + i], dVns[l * VSP + lane], y);
+      dYs[i * VSP + lane] = y;
+      dbeta_v[r] += warp_sum(Vs[i * VSP + lane] * y);
+      if (i < c && lane < vs) store_as(p.dv, p.input_type, ((t0 + i) * p.HV + j) * p.V + v0 + lane, beta[i] * y);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = warp + kWarps * r;
+      for (int w = 0; w < vs; ++w) {
+        const float o = dOs[i * VSP + w], vn = Vns[i * VSP + w], dvn = dVns[i * VSP + w];
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const int x = lane + 32 * m;
+          G1[r][m] = fmaf(o, S0s[x * VSP + w], G1[r][m]);     // dO S0^T
+          G2[r][m] = fmaf(vn, dSs[x * VSP + w], G2[r][m]);    // Vnew dS_end^T
+          dWn[r][m] = fmaf(dvn, S0s[x * VSP + w], dWn[r][m]); // dVnew S0^T
+        }
+#pragma unroll
+        for (int m = 0; m < L; ++m) dP[r][m] = fmaf(o, Vns[(lane + 32 * m) * VSP + w], dP[r][m]);  // dO Vnew^T
+      }
+    }
+    __syncthreads();  // dYs complete
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = warp + kWarps * r;
+      for (int w = 0; w < vs; ++w) {
+        const float y = dYs[i * VSP + w];
+#pragma unroll
+        for (int m = 0; m < L; ++m) dA[r][m] = fmaf(-y, Us[(lane + 32 * m) * VSP + w], dA[r][m]);  // -dY U^T
+      }
+    }
+  }
+  const float dS_dot_S0 = block_total(sds, red);
+
+  // da_i += Q_i . (dO S0^T)_i, db_i = K_i . (Vnew dS^T)_i, dbeta_i += V_i . dY_i.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = warp + kWarps * r;
+    float sa = 0.f, sb = 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      sa = fmaf(Qs[i * KP + lane + 32 * m], G1[r][m], sa);
+      sb = fmaf(Ks[i * KP + lane + 32 * m], G2[r][m], sb);
+    }
+    sa = warp_sum(sa);
+    sb = warp_sum(sb);
+    if (lane == 0) {
+      da[i] = (i == c - 1) ? sa + dS_dot_S0 : sa;
+      db[i] = sb;
+      dbeta[i] = dbeta_v[r];
+    }
+  }
+  // The closing phase's buffers replace the slab's.
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = warp + kWarps * r;
+#pragma unroll
+    for (int m = 0; m < M; ++m) dWs[i * KP + lane + 32 * m] = -dWn[r][m];
+#pragma unroll
+    for (int m = 0; m < L; ++m) {
+      dPs[i * CP + lane + 32 * m] = dP[r][m];
+      dAs[i * CP + lane + 32 * m] = dA[r][m];
+    }
+  }
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    Ws[i * KP + x] = x < p.K ? p.chunk_W[(at * C + i) * p.K + x] : 0.f;
+  }
+  __syncthreads();
+  // dQK = dP . E and dE = dP . QK on the lower triangle (in place: dPs, QKs).
+  for (int e = threadIdx.x; e < C * C; e += NT) {
+    const int i = e / C, l = e % C;
+    float dqk = 0.f, dE = 0.f;
+    if (i < c && l <= i) {
+      const float E = decay_between(gamma, segment, i, l);
+      dqk = dPs[i * CP + l] * E;
+      dE = dPs[i * CP + l] * QKs[i * CP + l];
+    }
+    dPs[i * CP + l] = dqk;
+    QKs[i * CP + l] = dE;
+  }
+  // dX = T^T dW into registers (G1, G2 become dQ, dK: the a and b factors applied).
+  float dX[R][M];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = warp + kWarps * r;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      G1[r][m] *= a[i];
+      G2[r][m] *= b[i];
+      float s = 0.f;
+      for (int l = i; l < c; ++l) s = fmaf(Ts[l * CP + i], dWs[l * KP + lane + 32 * m], s);
+      dX[r][m] = s;
+    }
+  }
+  __syncthreads();  // dQK, dE in place; every read of dW done
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = warp + kWarps * r;
+    float kx = 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int x = lane + 32 * m;
+      float sq = 0.f, sk = 0.f;
+      for (int l = 0; l <= i && l < c; ++l) sq = fmaf(dPs[i * CP + l], Ks[l * KP + x], sq);  // dQK K
+      for (int l = i; l < c; ++l) sk = fmaf(dPs[l * CP + i], Qs[l * KP + x], sk);            // dQK^T Q
+      G1[r][m] += sq;
+      G2[r][m] += sk;
+      kx = fmaf(Ks[i * KP + x], dX[r][m], kx);
+      G2[r][m] = fmaf(beta[i] * a[i], dX[r][m], G2[r][m]);
+      dWs[i * KP + x] = dX[r][m];
+    }
+    kx = warp_sum(kx);
+    if (lane == 0) {
+      dbeta[i] = fmaf(a[i], kx, dbeta[i]);
+      da[i] = fmaf(beta[i], kx, da[i]);
+    }
+  }
+  __syncthreads();  // dX in dWs
+  // dA -= dX W^T, kept strictly lower within the chunk.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = warp + kWarps * r;
+#pragma unroll
+    for (int m = 0; m < L; ++m) {
+      const int l = lane + 32 * m;
+      float s = dA[r][m];
+      for (int x = 0; x < p.K; ++x) s = fmaf(-dWs[i * KP + x], Ws[l * KP + x], s);
+      dAs[i * CP + l] = (i < c && l < i) ? s : 0.f;
+    }
+  }
+  __syncthreads();
+  // A_il = beta_i E_il (k_i . k_l): dbeta_i += dA E Gk (per element, summed below), dE += dA beta
+  // Gk, dGk = dA beta E (in place over Gks; dAs keeps the dbeta terms).
+  for (int e = threadIdx.x; e < C * C; e += NT) {
+    const int i = e / C, l = e % C;
+    float dGk = 0.f, term = 0.f;
+    if (i < c && l < i) {
+      const float E = decay_between(gamma, segment, i, l);
+      const float dAv = dAs[i * CP + l], gk = Gks[i * CP + l];
+      term = dAv * E * gk;
+      QKs[i * CP + l] = fmaf(dAv * beta[i], gk, QKs[i * CP + l]);
+      dGk = dAv * beta[i] * E;
+    }
+    dAs[i * CP + l] = term;
+    Gks[i * CP + l] = dGk;
+  }
+  __syncthreads();
+  if (threadIdx.x < C) {
+    const int i = threadIdx.x;
+    float s = dbeta[i];
+    for (int l = 0; l < i; ++l) s += dAs[i * CP + l];
+    dbeta[i] = s;
+  }
+  // dK += (dGk + dGk^T) K; then the value head's shares of dq and dk.
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = warp + kWarps * r;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int x = lane + 32 * m;
+      float s = 0.f;
+      for (int l = 0; l < c; ++l) s = fmaf(Gks[i * CP + l] + Gks[l * CP + i], Ks[l * KP + x], s);
+      G2[r][m] += s;
+      if (i < c && x < p.K) {
+        const std::int64_t part = ((t0 + i) * p.HV + j) * p.K + x;
+        p.part_dq[part] = G1[r][m];
+        p.part_dk[part] = G2[r][m];
+      }
+    }
+  }
+  __syncthreads();  // da, db, dbeta, dE complete
+  // dg_l = sum_{i >= l} a_i da_i + sum_{m < l} b_m db_m + sum_{m < l <= i} E_im dE_im, in closed
+  // form (reference/backward_chunked.cpp says why not from dgamma); 0 for a reset token.
+  if (threadIdx.x < c) {
+    const int l = threadIdx.x;
+    float s = 0.f;
+    for (int i = c - 1; i >= l; --i) s = fmaf(a[i], da[i], s);
+    for (int m = 0; m < l; ++m) {
+      s = fmaf(b[m], db[m], s);
+      for (int i = c - 1; i >= l; --i) s = fmaf(decay_between(gamma, segment, i, m), QKs[i * CP + m], s);
+    }
+    const bool reset = segment[l] == static_cast<float>(l);
+    const std::int64_t tj = (t0 + l) * p.HV + j;
+    p.part_dg[tj] = reset ? 0.f : s;
+    p.part_dbeta[tj] = dbeta[l];
+  }
+}
+
+void check_launch(const char* what) {
+  const cudaError_t code = cudaGetLastError();
+  if (code != cudaSuccess)
+    throw std::runtime_error(std::string("gdn::cuda: launching ") + what + ": " + cudaGetErrorString(code));
+}
+
+template <typename Kernel>
+void allow_shared(Kernel kernel, std::size_t bytes, const char* what) {
+  const cudaError_t code = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (code != cudaSuccess)
+    throw std::runtime_error(std::string("gdn::cuda: cudaFuncSetAttribute(") + what + "): " + cudaGetErrorString(code));
+}
+
+constexpr std::size_t kPrepareShared = sizeof(float) * (2 * C * KP + C * CP + NS * C);
+constexpr std::size_t kStatesShared = sizeof(float) * (KM * VT + 2 * C * KM + 2 * C * VT + NS * C);
+constexpr std::size_t kDstatesShared = sizeof(float) * (KM * VT + 3 * C * KM + C * C + 2 * C * VT + NS * C);
+constexpr std::size_t kSlabFloats = 2 * KM * VSP + 6 * C * VSP;
+constexpr std::size_t kClosingFloats = 2 * C * KP + 2 * C * CP;
+constexpr std::size_t kGradientsShared =
+    sizeof(float) * (2 * C * KP + 3 * C * CP + NS * C + 3 * C + 32 +
+                     (kSlabFloats > kClosingFloats ? kSlabFloats : kClosingFloats));
+static_assert(kGradientsShared <= 227 * 1024, "chunk_gradients exceeds Hopper's shared memory per block");
+
+template <typename In>
+void launch_stages(const BackwardParams& p, cudaStream_t stream) {
+  allow_shared(chunk_prepare<In>, kPrepareShared, "chunk_prepare");
+  allow_shared(chunk_states<In>, kStatesShared, "chunk_states");
+  allow_shared(chunk_dstates<In>, kDstatesShared, "chunk_dstates");
+  allow_shared(chunk_gradients<In>, kGradientsShared, "chunk_gradients");
+  if (p.N == 0) return;
+  chunk_table<<<1, 32, 0, stream>>>(p);
+  check_launch("chunk_table");
+  if (p.max_chunks == 0) return;
+  const dim3 chunks(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.HV));
+  const int tiles = (p.V + VT - 1) / VT;
+  const dim3 columns(static_cast<unsigned>(static_cast<std::int64_t>(p.N) * tiles), static_cast<unsigned>(p.HV));
+  chunk_prepare<In><<<chunks, NT, kPrepareShared, stream>>>(p);
+  check_launch("chunk_prepare");
+  chunk_states<In><<<columns, NT, kStatesShared, stream>>>(p);
+  check_launch("chunk_states");
+  chunk_dstates<In><<<columns, NT, kDstatesShared, stream>>>(p);
+  check_launch("chunk_dstates");
+  chunk_gradients<In><<<chunks, NT, kGradientsShared, stream>>>(p);
+  check_launch("chunk_gradients");
+}
+
+}  // namespace
+
+void launch_chunked_backward_kernels(const BackwardParams& p, cudaStream_t stream) {
+  launch_backward_prepare(p, stream);
+  if (p.input_type == static_cast<int>(ElementType::bf16)) launch_stages<__nv_bfloat16>(p, stream);
+  else if (p.input_type == static_cast<int>(ElementType::f16)) launch_stages<__half>(p, stream);
+  else launch_stages<float>(p, stream);
+  launch_backward_finish(p, stream);
+}
+
+}  // namespace gdn::cuda::detail
