@@ -56,6 +56,24 @@ constexpr unsigned kFull = 0xffffffffu;
 
 static_assert(NT == 256 && C == 64 && KM == 128 && VT == 32, "the thread mappings below assume these");
 
+// The sweeps' thread mappings: a warp owns RS consecutive rows of a C-row product (i = RS warp +
+// r) or RK consecutive rows of a K-row one (x = RK warp + r), a lane one of the 32 V columns.
+constexpr int RS = C / kWarps;
+constexpr int RK = KM / kWarps;
+__device__ __forceinline__ int kWarpRows(int warp, int r) { return RS * warp + r; }
+__device__ __forceinline__ int round4(int n) { return (n + 3) & ~3; }
+// Row `row` of a [rows][pitch] shared array, columns x .. x + 3 (pitch and x multiples of 4).
+__device__ __forceinline__ float4 row4(const float* a, int pitch, int row, int x) {
+  return *reinterpret_cast<const float4*>(a + row * pitch + x);
+}
+// s + a.x s0 + a.y s1 + a.z s2 + a.w s3, one fma at a time in that order.
+__device__ __forceinline__ float dot4(float4 a, float s0, float s1, float s2, float s3, float s) {
+  s = fmaf(a.x, s0, s);
+  s = fmaf(a.y, s1, s);
+  s = fmaf(a.z, s2, s);
+  return fmaf(a.w, s3, s);
+}
+
 __device__ __forceinline__ std::int64_t boundary(const BackwardParams& p, int n) {
   return p.cu_seqlens_64 ? static_cast<const long long*>(p.cu_seqlens)[n]
                          : static_cast<std::int64_t>(static_cast<const int*>(p.cu_seqlens)[n]);
@@ -169,22 +187,41 @@ __global__ void __launch_bounds__(NT) chunk_prepare(BackwardParams p) {
   }
   __syncthreads();
   for (int e = threadIdx.x; e < NS * C; e += NT) p.chunk_scalars[at * NS * C + e] = sc[e];
-  // A and P: the sums over K in index order.
-  for (int e = threadIdx.x; e < C * C; e += NT) {
-    const int i = e / C, l = e % C;
-    float A = 0.f, P = 0.f;
-    if (i < c && l <= i) {
-      float gk = 0.f, qk = 0.f;
-      for (int x = 0; x < p.K; ++x) {
-        gk = fmaf(Ks[i * KP + x], Ks[l * KP + x], gk);
-        qk = fmaf(Qs[i * KP + x], Ks[l * KP + x], qk);
+  // A and P: thread (i, l), i = warp + 8 r, l = lane + 32 m; the sums over K in index order.
+  {
+    constexpr int R = C / kWarps, L = C / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float gk[R][L] = {}, qk[R][L] = {};
+    for (int x = 0; x < p.K; ++x) {
+      float kl[L];
+#pragma unroll
+      for (int m = 0; m < L; ++m) kl[m] = Ks[(lane + 32 * m) * KP + x];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float ki = Ks[(warp + kWarps * r) * KP + x], qi = Qs[(warp + kWarps * r) * KP + x];
+#pragma unroll
+        for (int m = 0; m < L; ++m) {
+          gk[r][m] = fmaf(ki, kl[m], gk[r][m]);
+          qk[r][m] = fmaf(qi, kl[m], qk[r][m]);
+        }
       }
-      const float E = decay_between(gamma, segment, i, l);
-      if (l < i) A = beta[i] * E * gk;
-      P = E * qk;
     }
-    As[i * CP + l] = A;
-    p.chunk_P[at * C * C + e] = P;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int i = warp + kWarps * r;
+#pragma unroll
+      for (int m = 0; m < L; ++m) {
+        const int l = lane + 32 * m;
+        float A = 0.f, P = 0.f;
+        if (i < c && l <= i) {
+          const float E = decay_between(gamma, segment, i, l);
+          if (l < i) A = beta[i] * E * gk[r][m];
+          P = E * qk[r][m];
+        }
+        As[i * CP + l] = A;
+        p.chunk_P[at * C * C + i * C + l] = P;
+      }
+    }
   }
   __syncthreads();
   // [T | W | U] = (I + A)^-1 [I | diag(beta a) K | diag(beta) V], one column per thread, by
@@ -266,24 +303,46 @@ __global__ void __launch_bounds__(NT) chunk_states(BackwardParams p) {
       if (x < p.K && w < cols) p.chunk_S0[(at * p.K + x) * p.V + c0 + w] = S[e];
     }
     __syncthreads();
-    // Vnew = U - W S0: thread (i, w), i = warp + 8 r.
+    // Vnew = U - W S0: thread (i, w), i = 8 warp + r; each S element loaded once for 8 rows,
+    // W's rows 4 columns at a time (zeros past K). Every sum runs over x in order.
+    {
+      float s[RS] = {};
+      for (int x = 0; x < round4(p.K); x += 4) {
+        const float s0 = S[x * VT + lane], s1 = S[(x + 1) * VT + lane], s2 = S[(x + 2) * VT + lane],
+                    s3 = S[(x + 3) * VT + lane];
 #pragma unroll
-    for (int r = 0; r < C / kWarps; ++r) {
-      const int i = warp + kWarps * r;
-      float s = 0.f;
-      for (int x = 0; x < p.K; ++x) s = fmaf(Ws[i * KM + x], S[x * VT + lane], s);
-      const float vn = Us[i * VT + lane] - s;
-      Vn[i * VT + lane] = vn;
-      if (lane < cols) p.chunk_Vnew[(at * C + i) * p.V + c0 + lane] = vn;
+        for (int r = 0; r < RS; ++r) s[r] = dot4(row4(Ws, KM, kWarpRows(warp, r), x), s0, s1, s2, s3, s[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < RS; ++r) {
+        const int i = kWarpRows(warp, r);
+        const float vn = Us[i * VT + lane] - s[r];
+        Vn[i * VT + lane] = vn;
+        if (lane < cols) p.chunk_Vnew[(at * C + i) * p.V + c0 + lane] = vn;
+      }
     }
     __syncthreads();
-    // S_end = a_c S0 + K^T diag(b) Vnew: thread (x, w), x = warp + 8 r.
+    // S_end = a_c S0 + K^T diag(b) Vnew: thread (x, w), x = 16 warp + r; the sums over i in order.
     const float ac = sc[C + c - 1];
-    for (int r = 0; r < KM / kWarps; ++r) {
-      const int x = warp + kWarps * r;
-      float s = 0.f;
-      for (int i = 0; i < c; ++i) s = fmaf(Kb[i * KM + x], Vn[i * VT + lane], s);
-      S[x * VT + lane] = fmaf(ac, S[x * VT + lane], s);
+    {
+      float s[RK] = {};
+      for (int i = 0; i < c; ++i) {
+        const float vn = Vn[i * VT + lane];
+        const float* kb = Kb + i * KM + RK * warp;
+#pragma unroll
+        for (int r = 0; r < RK; r += 4) {
+          const float4 k4 = *reinterpret_cast<const float4*>(kb + r);
+          s[r] = fmaf(k4.x, vn, s[r]);
+          s[r + 1] = fmaf(k4.y, vn, s[r + 1]);
+          s[r + 2] = fmaf(k4.z, vn, s[r + 2]);
+          s[r + 3] = fmaf(k4.w, vn, s[r + 3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < RK; ++r) {
+        const int x = RK * warp + r;
+        S[x * VT + lane] = fmaf(ac, S[x * VT + lane], s[r]);
+      }
     }
   }
 }
@@ -335,28 +394,61 @@ __global__ void __launch_bounds__(NT) chunk_dstates(BackwardParams p) {
       if (x < p.K && w < cols) p.chunk_dS[(at * p.K + x) * p.V + c0 + w] = dS[e];
     }
     __syncthreads();
-    // dVnew = diag(b) K dS_end + P^T dO: thread (i, w), i = warp + 8 r.
+    // dVnew = diag(b) K dS_end + P^T dO: thread (i, w), i = 8 warp + r (sums over x, then over
+    // l >= i, in order).
+    {
+      float s[RS] = {};
+      for (int x = 0; x < round4(p.K); x += 4) {
+        const float s0 = dS[x * VT + lane], s1 = dS[(x + 1) * VT + lane], s2 = dS[(x + 2) * VT + lane],
+                    s3 = dS[(x + 3) * VT + lane];
 #pragma unroll
-    for (int r = 0; r < C / kWarps; ++r) {
-      const int i = warp + kWarps * r;
-      float s = 0.f;
-      for (int x = 0; x < p.K; ++x) s = fmaf(Kb[i * KM + x], dS[x * VT + lane], s);
-      for (int l = i; l < c; ++l) s = fmaf(Ps[l * C + i], dO[l * VT + lane], s);
-      if (i >= c) s = 0.f;
-      dVn[i * VT + lane] = s;
-      if (lane < cols) p.chunk_dVnew[(at * C + i) * p.V + c0 + lane] = s;
+        for (int r = 0; r < RS; ++r) s[r] = dot4(row4(Kb, KM, kWarpRows(warp, r), x), s0, s1, s2, s3, s[r]);
+      }
+      for (int l = 0; l < c; ++l) {
+        const float d = dO[l * VT + lane];
+        const float* pl = Ps + l * C + RS * warp;
+        const float4 p0 = *reinterpret_cast<const float4*>(pl), p1 = *reinterpret_cast<const float4*>(pl + 4);
+        const float pr[RS] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+#pragma unroll
+        for (int r = 0; r < RS; ++r)
+          if (l >= kWarpRows(warp, r)) s[r] = fmaf(pr[r], d, s[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < RS; ++r) {
+        const int i = kWarpRows(warp, r);
+        const float v = i < c ? s[r] : 0.f;
+        dVn[i * VT + lane] = v;
+        if (lane < cols) p.chunk_dVnew[(at * C + i) * p.V + c0 + lane] = v;
+      }
     }
     __syncthreads();
-    // dS0 = a_c dS_end + Q^T diag(a) dO - W^T dVnew: thread (x, w), x = warp + 8 r.
+    // dS0 = a_c dS_end + Q^T diag(a) dO - W^T dVnew: thread (x, w), x = 16 warp + r.
     const float ac = sc[C + c - 1];
-    for (int r = 0; r < KM / kWarps; ++r) {
-      const int x = warp + kWarps * r;
-      float s = 0.f, t = 0.f;
+    {
+      float s[RK] = {}, t[RK] = {};
       for (int i = 0; i < c; ++i) {
-        s = fmaf(Qa[i * KM + x], dO[i * VT + lane], s);
-        t = fmaf(Ws[i * KM + x], dVn[i * VT + lane], t);
+        const float d = dO[i * VT + lane], dv = dVn[i * VT + lane];
+        const float* qa = Qa + i * KM + RK * warp;
+        const float* wi = Ws + i * KM + RK * warp;
+#pragma unroll
+        for (int r = 0; r < RK; r += 4) {
+          const float4 q4 = *reinterpret_cast<const float4*>(qa + r);
+          const float4 w4 = *reinterpret_cast<const float4*>(wi + r);
+          s[r] = fmaf(q4.x, d, s[r]);
+          s[r + 1] = fmaf(q4.y, d, s[r + 1]);
+          s[r + 2] = fmaf(q4.z, d, s[r + 2]);
+          s[r + 3] = fmaf(q4.w, d, s[r + 3]);
+          t[r] = fmaf(w4.x, dv, t[r]);
+          t[r + 1] = fmaf(w4.y, dv, t[r + 1]);
+          t[r + 2] = fmaf(w4.z, dv, t[r + 2]);
+          t[r + 3] = fmaf(w4.w, dv, t[r + 3]);
+        }
       }
-      dS[x * VT + lane] = fmaf(ac, dS[x * VT + lane], s - t);
+#pragma unroll
+      for (int r = 0; r < RK; ++r) {
+        const int x = RK * warp + r;
+        dS[x * VT + lane] = fmaf(ac, dS[x * VT + lane], s[r] - t[r]);
+      }
     }
   }
   __syncthreads();
@@ -427,15 +519,30 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
   for (int e = threadIdx.x; e < C * C; e += NT) Ts[(e / C) * CP + e % C] = p.chunk_T[at * C * C + e];
   if (threadIdx.x < C) da[threadIdx.x] = db[threadIdx.x] = dbeta[threadIdx.x] = 0.f;
   __syncthreads();
-  for (int e = threadIdx.x; e < C * C; e += NT) {
-    const int i = e / C, l = e % C;
-    float gk = 0.f, qk = 0.f;
+  {
+    // K K^T and Q K^T: thread (i, l), i = warp + 8 r, l = lane + 32 m; sums over x in order.
+    float gk[R][L] = {}, qk[R][L] = {};
     for (int x = 0; x < p.K; ++x) {
-      gk = fmaf(Ks[i * KP + x], Ks[l * KP + x], gk);
-      qk = fmaf(Qs[i * KP + x], Ks[l * KP + x], qk);
+      float kl[L];
+#pragma unroll
+      for (int m = 0; m < L; ++m) kl[m] = Ks[(lane + 32 * m) * KP + x];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float ki = Ks[(warp + kWarps * r) * KP + x], qi = Qs[(warp + kWarps * r) * KP + x];
+#pragma unroll
+        for (int m = 0; m < L; ++m) {
+          gk[r][m] = fmaf(ki, kl[m], gk[r][m]);
+          qk[r][m] = fmaf(qi, kl[m], qk[r][m]);
+        }
+      }
     }
-    Gks[i * CP + l] = gk;
-    QKs[i * CP + l] = qk;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < L; ++m) {
+        Gks[(warp + kWarps * r) * CP + lane + 32 * m] = gk[r][m];
+        QKs[(warp + kWarps * r) * CP + lane + 32 * m] = qk[r][m];
+      }
   }
 
   // The slab phase: every product that sums over V.
@@ -485,39 +592,55 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
     }
     __syncthreads();
     // dY = T^T dU (dU = dVnew): thread (i, w = lane); dv = diag(beta) dY, dbeta += V . dY.
+    float yr[R] = {};
+    for (int l = 0; l < c; ++l) {
+      const float d = dVns[l * VSP + lane];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (l >= warp + kWarps * r) yr[r] = fmaf(Ts[l * CP + warp + kWarps * r], d, yr[r]);
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int i = warp + kWarps * r;
-      float y = 0.f;
-      for (int l = i; l < c; ++l) y = fmaf(Ts[l * CP + i], dVns[l * VSP + lane], y);
+      const float y = yr[r];
       dYs[i * VSP + lane] = y;
       dbeta_v[r] += warp_sum(Vs[i * VSP + lane] * y);
       if (i < c && lane < vs) store_as(p.dv, p.input_type, ((t0 + i) * p.HV + j) * p.V + v0 + lane, beta[i] * y);
     }
+    // The sums over the slab's columns w in order; each lane-distinct element loaded once per w.
+    for (int w = 0; w < vs; ++w) {
+      float s0[M], ds[M], vl[L];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = warp + kWarps * r;
-      for (int w = 0; w < vs; ++w) {
+      for (int m = 0; m < M; ++m) {
+        s0[m] = S0s[(lane + 32 * m) * VSP + w];
+        ds[m] = dSs[(lane + 32 * m) * VSP + w];
+      }
+#pragma unroll
+      for (int m = 0; m < L; ++m) vl[m] = Vns[(lane + 32 * m) * VSP + w];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = warp + kWarps * r;
         const float o = dOs[i * VSP + w], vn = Vns[i * VSP + w], dvn = dVns[i * VSP + w];
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          const int x = lane + 32 * m;
-          G1[r][m] = fmaf(o, S0s[x * VSP + w], G1[r][m]);     // dO S0^T
-          G2[r][m] = fmaf(vn, dSs[x * VSP + w], G2[r][m]);    // Vnew dS_end^T
-          dWn[r][m] = fmaf(dvn, S0s[x * VSP + w], dWn[r][m]); // dVnew S0^T
+          G1[r][m] = fmaf(o, s0[m], G1[r][m]);     // dO S0^T
+          G2[r][m] = fmaf(vn, ds[m], G2[r][m]);    // Vnew dS_end^T
+          dWn[r][m] = fmaf(dvn, s0[m], dWn[r][m]); // dVnew S0^T
         }
 #pragma unroll
-        for (int m = 0; m < L; ++m) dP[r][m] = fmaf(o, Vns[(lane + 32 * m) * VSP + w], dP[r][m]);  // dO Vnew^T
+        for (int m = 0; m < L; ++m) dP[r][m] = fmaf(o, vl[m], dP[r][m]);  // dO Vnew^T
       }
     }
     __syncthreads();  // dYs complete
+    for (int w = 0; w < vs; ++w) {
+      float ul[L];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = warp + kWarps * r;
-      for (int w = 0; w < vs; ++w) {
-        const float y = dYs[i * VSP + w];
+      for (int m = 0; m < L; ++m) ul[m] = Us[(lane + 32 * m) * VSP + w];
 #pragma unroll
-        for (int m = 0; m < L; ++m) dA[r][m] = fmaf(-y, Us[(lane + 32 * m) * VSP + w], dA[r][m]);  // -dY U^T
+      for (int r = 0; r < R; ++r) {
+        const float y = dYs[(warp + kWarps * r) * VSP + w];
+#pragma unroll
+        for (int m = 0; m < L; ++m) dA[r][m] = fmaf(-y, ul[m], dA[r][m]);  // -dY U^T
       }
     }
   }
@@ -571,8 +694,9 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
     dPs[i * CP + l] = dqk;
     QKs[i * CP + l] = dE;
   }
-  // dX = T^T dW into registers (G1, G2 become dQ, dK: the a and b factors applied).
-  float dX[R][M];
+  // dX = T^T dW into registers (G1, G2 become dQ, dK: the a and b factors applied); the sums
+  // over l >= i in order.
+  float dX[R][M] = {};
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = warp + kWarps * r;
@@ -580,12 +704,41 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
     for (int m = 0; m < M; ++m) {
       G1[r][m] *= a[i];
       G2[r][m] *= b[i];
-      float s = 0.f;
-      for (int l = i; l < c; ++l) s = fmaf(Ts[l * CP + i], dWs[l * KP + lane + 32 * m], s);
-      dX[r][m] = s;
+    }
+  }
+  for (int l = 0; l < c; ++l) {
+    float dw[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) dw[m] = dWs[l * KP + lane + 32 * m];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (l < warp + kWarps * r) continue;
+      const float t = Ts[l * CP + warp + kWarps * r];
+#pragma unroll
+      for (int m = 0; m < M; ++m) dX[r][m] = fmaf(t, dw[m], dX[r][m]);
     }
   }
   __syncthreads();  // dQK, dE in place; every read of dW done
+  // dQK K (l <= i) and dQK^T Q (l >= i), per column block m, the sums over l in order.
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = lane + 32 * m;
+    float sq[R] = {}, sk[R] = {};
+    for (int l = 0; l < c; ++l) {
+      const float kl = Ks[l * KP + x], ql = Qs[l * KP + x];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = warp + kWarps * r;
+        if (l <= i) sq[r] = fmaf(dPs[i * CP + l], kl, sq[r]);
+        if (l >= i) sk[r] = fmaf(dPs[l * CP + i], ql, sk[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      G1[r][m] += sq[r];
+      G2[r][m] += sk[r];
+    }
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = warp + kWarps * r;
@@ -593,11 +746,6 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const int x = lane + 32 * m;
-      float sq = 0.f, sk = 0.f;
-      for (int l = 0; l <= i && l < c; ++l) sq = fmaf(dPs[i * CP + l], Ks[l * KP + x], sq);  // dQK K
-      for (int l = i; l < c; ++l) sk = fmaf(dPs[l * CP + i], Qs[l * KP + x], sk);            // dQK^T Q
-      G1[r][m] += sq;
-      G2[r][m] += sk;
       kx = fmaf(Ks[i * KP + x], dX[r][m], kx);
       G2[r][m] = fmaf(beta[i] * a[i], dX[r][m], G2[r][m]);
       dWs[i * KP + x] = dX[r][m];
@@ -610,15 +758,24 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
   }
   __syncthreads();  // dX in dWs
   // dA -= dX W^T, kept strictly lower within the chunk.
+  for (int x = 0; x < p.K; ++x) {
+    float wl[L];
+#pragma unroll
+    for (int m = 0; m < L; ++m) wl[m] = Ws[(lane + 32 * m) * KP + x];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float d = -dWs[(warp + kWarps * r) * KP + x];
+#pragma unroll
+      for (int m = 0; m < L; ++m) dA[r][m] = fmaf(d, wl[m], dA[r][m]);
+    }
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = warp + kWarps * r;
 #pragma unroll
     for (int m = 0; m < L; ++m) {
       const int l = lane + 32 * m;
-      float s = dA[r][m];
-      for (int x = 0; x < p.K; ++x) s = fmaf(-dWs[i * KP + x], Ws[l * KP + x], s);
-      dAs[i * CP + l] = (i < c && l < i) ? s : 0.f;
+      dAs[i * CP + l] = (i < c && l < i) ? dA[r][m] : 0.f;
     }
   }
   __syncthreads();
@@ -646,14 +803,26 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
   }
   // dK += (dGk + dGk^T) K; then the value head's shares of dq and dk.
 #pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = lane + 32 * m;
+    float sg[R] = {};
+    for (int l = 0; l < c; ++l) {
+      const float kl = Ks[l * KP + x];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = warp + kWarps * r;
+        sg[r] = fmaf(Gks[i * CP + l] + Gks[l * CP + i], kl, sg[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) G2[r][m] += sg[r];
+  }
+#pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = warp + kWarps * r;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const int x = lane + 32 * m;
-      float s = 0.f;
-      for (int l = 0; l < c; ++l) s = fmaf(Gks[i * CP + l] + Gks[l * CP + i], Ks[l * KP + x], s);
-      G2[r][m] += s;
       if (i < c && x < p.K) {
         const std::int64_t part = ((t0 + i) * p.HV + j) * p.K + x;
         p.part_dq[part] = G1[r][m];
