@@ -18,7 +18,8 @@
 #   backward_peers  fla's (Triton) and FlashQLA's backward under autograd at the backward
 #             benchmark's shapes, with their run-to-run bit differences (site from --site)
 #             -> peer_backward_fla_triton.json, peer_backward_flash_qla.json
-#   accuracy  the chunked prefill beside fla on the same inputs -> accuracy_chunked.json
+#   accuracy  the chunked prefill beside its peers on the same inputs: fla's Triton chunk
+#             (FLA_FLASH_QLA=0) and, with --site, FlashQLA -> accuracy_chunked.json
 #   campaign  the CLI as a user runs it: `conformance` with every kernel, a `fuzz` campaign of the
 #             kernels, fla's functions generated / adapted / verified -> campaign/
 #   fuzz      the CLI's fuzz of every chunked mode (cuda.chunked_prefill, .split1, .single) on the
@@ -32,7 +33,8 @@
 # --only      restrict suite, sanitize and bench to these kernel families (comma-separated of
 #             recurrent, decode, decode_streamed, chunked, single, backward; default all)
 # --site      a packed site folder (python/gpu/pack_site.sh's site.tar.xz: fla, flash-qla and
-#             their dependencies) put on PYTHONPATH for backward_peers
+#             their dependencies) put on PYTHONPATH for backward_peers and accuracy (without it,
+#             accuracy takes fla from --wheels and has no FlashQLA)
 # --tilelang-cache  a TileLang kernel cache packed as tlcache/ in a .tar.xz (a compile of FlashQLA's
 #             kernels brought back from an earlier call): backward_peers then times FlashQLA without
 #             compiling. Its kernels are keyed by their source, so a stale cache only costs compiles.
@@ -129,7 +131,7 @@ WARM=""
 warm_up() {
   PYTHONUNBUFFERED=1 timeout 300 python3 cuda/peers/fla_chunk.py --warmup > /tmp/warm_chunk.log 2>&1
 }
-if (has peers || has accuracy) && (has suite || has sanitize); then
+if has peers && (has suite || has sanitize); then
   install_wheels
   log "peers: warm-up in the background"
   warm_up &
@@ -141,13 +143,15 @@ BACKWARDS=${BACKWARD_PEERS//,/ }
 WARM_BACKWARD=""
 if has backward_peers; then
   [ -f "$SITE" ] || { log "backward_peers: --site is required"; exit 2; }
+fi
+if [ -f "$SITE" ] && (has backward_peers || has accuracy); then
   mkdir -p /tmp/bsite && tar -C /tmp/bsite -xJf "$SITE" || exit 3
   if [ -n "$TL_CACHE" ]; then
     tar -C /tmp -xJf "$TL_CACHE" || exit 3
     export TILELANG_CACHE_DIR=/tmp/tlcache
-    log "backward_peers: TileLang cache from $TL_CACHE ($(du -sh /tmp/tlcache | cut -f1))"
+    log "TileLang cache from $TL_CACHE ($(du -sh /tmp/tlcache | cut -f1))"
   fi
-  if has suite || has sanitize; then
+  if has backward_peers && (has suite || has sanitize); then
     log "backward_peers: warm-up in the background"
     ( for b in $BACKWARDS; do
         PYTHONPATH=/tmp/bsite PYTHONUNBUFFERED=1 timeout 280 python3 cuda/peers/backward_peers.py --backend $b --warmup
@@ -293,7 +297,7 @@ if has bench; then
   done
 fi
 
-if (has peers || has accuracy) && [ -z "$WARM" ]; then
+if has peers && [ -z "$WARM" ]; then
   install_wheels
   log "peers: warm-up"
   warm_up
@@ -321,13 +325,26 @@ if has backward_peers; then
 fi
 
 if has accuracy; then
-  install_wheels
-  log "accuracy: the chunked prefill beside fla on the same inputs"
-  rm -rf /tmp/acc /tmp/acc_fla
+  # The peers run on the cases' inputs through the case-file driver; fla with its Triton backend
+  # (FLA_FLASH_QLA=0, so that the FlashQLA in the site does not take its calls), FlashQLA itself
+  # when the site has it. A peer that does not take a case (FlashQLA: fp32) leaves no output file:
+  # the judge records it as missing.
+  log "accuracy: the chunked prefill beside its peers on the same inputs"
+  rm -rf /tmp/acc /tmp/acc_fla /tmp/acc_qla
   "$BIN/cuda_chunked_accuracy" cases /tmp/acc >> "$LOG" 2>&1
-  timeout 200 python3 reports/adapters/gdn_adapter.py --impl fla.chunk --device cuda --out-dir /tmp/acc_fla /tmp/acc \
-    2>&1 | tail -4 | tee -a "$LOG"
-  timeout 120 "$BIN/cuda_chunked_accuracy" judge /tmp/acc /tmp/acc_fla "$SET/accuracy_chunked.json" \
+  if [ -f "$SITE" ]; then ACC_PATH=/tmp/bsite; else install_wheels; ACC_PATH=${PYTHONPATH:-}; fi
+  ACC_PEERS=()
+  PYTHONPATH=$ACC_PATH FLA_FLASH_QLA=0 timeout 200 python3 reports/adapters/gdn_adapter.py --impl fla.chunk --device cuda \
+    --out-dir /tmp/acc_fla /tmp/acc 2>&1 | tail -4 | tee -a "$LOG"
+  ACC_PEERS+=(--peer "fla.chunk_gated_delta_rule[triton]=/tmp/acc_fla")
+  if PYTHONPATH=$ACC_PATH python3 -c "import flash_qla" 2>/dev/null; then
+    PYTHONPATH=$ACC_PATH timeout 300 python3 reports/adapters/gdn_adapter.py --impl flash_qla.chunk --device cuda \
+      --out-dir /tmp/acc_qla /tmp/acc 2>&1 | grep -vE "Warning|warn|INFO" | tail -4 | tee -a "$LOG"
+    ACC_PEERS+=(--peer "flash_qla.chunk_gated_delta_rule=/tmp/acc_qla")
+  else
+    log "accuracy: no flash_qla on the path (--site): FlashQLA not judged"
+  fi
+  timeout 120 "$BIN/cuda_chunked_accuracy" judge /tmp/acc "$SET/accuracy_chunked.json" "${ACC_PEERS[@]}" --commit "$COMMIT" \
     --command "$CMDLINE (commit $COMMIT, $GPU, $DATE)" 2>&1 | tail -20 | tee -a "$LOG"
 fi
 

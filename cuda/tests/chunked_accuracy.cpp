@@ -1,14 +1,17 @@
-// Accuracy of the chunked prefill against its peer on the same inputs, with the oracle's
+// Accuracy of the chunked prefill against its peers on the same inputs, with the oracle's
 // metrics against the double reference (reference::sequential<double>).
 //
 //   cuda_chunked_accuracy cases DIR
-//       writes the accuracy cases as gdn-case/1 files (inputs only) into DIR, for the peer's
-//       adapter (reports/adapters/gdn_adapter.py --impl fla.chunk --out-dir PEER_DIR DIR);
-//   cuda_chunked_accuracy judge DIR PEER_DIR OUT.json [--commit TEXT] [--command TEXT]
-//       runs this kernel on each case of DIR, reads the peer's outputs from PEER_DIR (same file
-//       names; missing files are reported as missing), and writes, per case, the rel_rms and
-//       max_abs of o and hT of this kernel (and, for bf16 / fp16, of its ChunkedRounding::single
-//       mode and of that design's CPU model, model.chunked.single), of the peer and of the fp32
+//       writes the accuracy cases as gdn-case/1 files (inputs only) into DIR, for the peers'
+//       adapters (reports/adapters/gdn_adapter.py --impl fla.chunk --out-dir PEER_DIR DIR);
+//   cuda_chunked_accuracy judge DIR OUT.json [--peer NAME=PEER_DIR]... [--commit TEXT] [--command TEXT]
+//       runs this kernel on each case of DIR, reads each peer's outputs from its PEER_DIR (same
+//       file names; a missing file or a file without outputs, e.g. a case the peer does not
+//       support, is reported as missing under the peer's key), and writes, per case, the rel_rms
+//       and max_abs of o and hT of this kernel and of its design's CPU model
+//       (model.chunked.split_all), for bf16 / fp16 of its ChunkedRounding::single mode and of
+//       that design's model (model.chunked.single), of every peer (key "peer.NAME", NAME in
+//       "implementation", with the library versions its adapter recorded) and of the fp32
 //       chunked emulation, all against the exact outputs, with the device, the date, what was
 //       built (--commit) and how it was run (--command), atomically.
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -97,8 +101,20 @@ int write_cases(const std::string& dir) {
   return 0;
 }
 
-int judge(const std::string& dir, const std::string& peer_dir, const std::string& out_path, const std::string& commit,
-          const std::string& command) {
+struct Peer {
+  std::string name, dir;
+};
+
+// NAME=DIR, both non-empty.
+Peer parse_peer(const std::string& spec) {
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    throw std::invalid_argument("--peer: expected NAME=DIR (e.g. fla.chunk[triton]=/tmp/acc_fla), got '" + spec + "'");
+  return {spec.substr(0, eq), spec.substr(eq + 1)};
+}
+
+int judge(const std::string& dir, const std::vector<Peer>& peers, const std::string& out_path,
+          const std::string& commit, const std::string& command) {
   cuda::ChunkedPrefillKernel kernel;
   cuda::ChunkedOptions single_options;
   single_options.rounding = cuda::ChunkedRounding::single;
@@ -126,23 +142,29 @@ int judge(const std::string& dir, const std::string& peer_dir, const std::string
     entry["problem"] = p.describe();
     entry["emulation_chunked_fp32"] = metrics_json(p, in, exact, emulation);
     entry["gdn.cuda.chunked_prefill"] = metrics_json(p, in, exact, kernel.run(p, in));
+    entry["model.chunked.split_all"] =
+        metrics_json(p, in, exact, reference::emulate_operands(p, in, reference::OperandRounding::split_all));
     if (single.supports(p, nullptr)) {
       entry["gdn.cuda.chunked_prefill.single"] = metrics_json(p, in, exact, single.run(p, in));
       entry["model.chunked.single"] =
           metrics_json(p, in, exact, reference::emulate_operands(p, in, reference::OperandRounding::single));
     }
-    const std::string peer_path = peer_dir + "/" + c.name + ".safetensors";
-    if (std::filesystem::exists(peer_path)) {
-      const oracle::CaseFile peer = oracle::read_case_file(peer_path);
-      if (peer.outputs) {
-        entry["peer"] = metrics_json(p, in, exact, *peer.outputs);
-        entry["peer"]["implementation"] = peer.meta("gdn.implementation");
-        entry["peer"]["versions"] = peer.meta("gdn.versions");
-      } else {
-        entry["peer"] = json{{"missing", "no outputs in " + peer_path}};
+    for (const Peer& peer : peers) {
+      const std::string key = "peer." + peer.name;
+      const std::string peer_path = peer.dir + "/" + c.name + ".safetensors";
+      if (!std::filesystem::exists(peer_path)) {
+        entry[key] = json{{"missing", peer_path}};
+        continue;
       }
-    } else {
-      entry["peer"] = json{{"missing", peer_path}};
+      const oracle::CaseFile out = oracle::read_case_file(peer_path);
+      if (!out.outputs) {
+        entry[key] = json{{"missing", "no outputs in " + peer_path}};
+        continue;
+      }
+      entry[key] = metrics_json(p, in, exact, *out.outputs);
+      entry[key]["implementation"] = peer.name;
+      entry[key]["adapter_name"] = out.meta("gdn.implementation");
+      entry[key]["versions"] = out.meta("gdn.versions");
     }
     std::cout << entry.dump() << std::endl;
     report["cases"].push_back(entry);
@@ -151,29 +173,33 @@ int judge(const std::string& dir, const std::string& peer_dir, const std::string
   {
     std::ofstream out(temp);
     out << report.dump(2) << "\n";
+    if (!out.flush()) throw std::runtime_error("cannot write " + temp);
   }
-  std::rename(temp.c_str(), out_path.c_str());
+  if (std::rename(temp.c_str(), out_path.c_str()) != 0) throw std::runtime_error("cannot rename " + temp + " to " + out_path);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Accuracy of the chunked prefill beside its peer on the same inputs"};
+  CLI::App app{"Accuracy of the chunked prefill beside its peers on the same inputs"};
   app.require_subcommand(1);
-  std::string dir, peer_dir, out_path, commit, command;
+  std::string dir, out_path, commit, command;
+  std::vector<std::string> peer_specs;
   CLI::App* cases = app.add_subcommand("cases", "write the accuracy cases (inputs only) into DIR");
   cases->add_option("DIR", dir, "output folder")->required();
-  CLI::App* judge_command = app.add_subcommand("judge", "run the kernel on DIR's cases and judge it beside the peer");
+  CLI::App* judge_command = app.add_subcommand("judge", "run the kernel on DIR's cases and judge it beside the peers");
   judge_command->add_option("DIR", dir, "the cases (from `cases`)")->required();
-  judge_command->add_option("PEER_DIR", peer_dir, "the peer's outputs, same file names")->required();
   judge_command->add_option("OUT", out_path, "the JSON to write")->required();
+  judge_command->add_option("--peer", peer_specs, "NAME=DIR: a peer's outputs, same file names (repeatable)");
   judge_command->add_option("--commit", commit, "what was built (recorded in the JSON)");
   judge_command->add_option("--command", command, "how it was run (recorded in the JSON)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (cases->parsed()) return write_cases(dir);
-    return judge(dir, peer_dir, out_path, commit, command);
+    std::vector<Peer> peers;
+    for (const std::string& spec : peer_specs) peers.push_back(parse_peer(spec));
+    return judge(dir, peers, out_path, commit, command);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_chunked_accuracy: %s\n", e.what());
     return 1;

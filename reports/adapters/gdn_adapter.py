@@ -45,7 +45,7 @@ Usage
     python3 reports/adapters/gdn_adapter.py --impl path/to/my_impl.py[:OBJECT] ...
 
 Built-in implementations: naive (impl_naive_torch: the recurrence in torch, float64, any
-device), fla.chunk and fla.fused_recurrent (impl_fla). Case arguments are files or folders
+device), fla.chunk and fla.fused_recurrent (impl_fla), flash_qla.chunk (impl_flash_qla). Case arguments are files or folders
 (every *.safetensors inside, sorted). Without --out-dir the files are updated in place.
 The log gets one JSON line per case, flushed as it goes (schema in reports/README.md).
 Exit status: 0 when no case errored, 1 when some did, 3 when a device error (illegal address,
@@ -84,6 +84,8 @@ BUILTIN = {
     "fla.chunk_gated_delta_rule": ("impl_fla", "CHUNK"),
     "fla.fused_recurrent": ("impl_fla", "FUSED_RECURRENT"),
     "fla.fused_recurrent_gated_delta_rule": ("impl_fla", "FUSED_RECURRENT"),
+    "flash_qla.chunk": ("impl_flash_qla", "CHUNK"),
+    "flash_qla.chunk_gated_delta_rule": ("impl_flash_qla", "CHUNK"),
 }
 
 def load_implementation(spec: str):

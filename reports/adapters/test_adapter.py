@@ -295,3 +295,42 @@ def test_gdn_testbed_verify_passes_every_output(plumbing):
         check(result.returncode == 0, f"gdn-testbed verify of {label} outputs failed ({result.returncode}):\n"
                                       f"{result.stdout[-3000:]}{result.stderr[-2000:]}")
 
+
+
+def test_flash_qla_driver_converts_and_skips(tmp_path):
+    """impl_flash_qla through the driver, with a `flash_qla` module whose function is fla's stand-in
+    (FlashQLA keeps fla's calling convention): a bf16 varlen GVA case at K = V = 128 runs and
+    matches the naive recurrence; fp32 and K != 128 are skipped with their reasons, unwritten."""
+    fake = tmp_path / "fake"
+    (fake / "flash_qla").mkdir(parents=True)
+    (fake / "flash_qla" / "__init__.py").write_text(
+        "import fla_standin\n"
+        "def chunk_gated_delta_rule(**kwargs):\n"
+        "    return fla_standin.chunk_gated_delta_rule(**kwargs)\n")
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    runs = {"bf16_gva": (problem([0, 3, 70, 71], 1, 2, 128, 128, "bf16", use_qk_l2norm=True), "RAN"),
+            "f32": (problem([0, 5], 1, 1, 128, 128, "f32"), "SKIPPED"),
+            "k64_bf16": (problem([0, 5], 1, 1, 64, 128, "bf16"), "SKIPPED")}
+    for seed, (name, (p, _)) in enumerate(runs.items()):
+        write_case(cases / f"{name}.safetensors", p, seed)
+    env = {"PYTHONPATH": os.pathsep.join([str(fake), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    result = run_adapter("flash_qla.chunk", cases, tmp_path / "qla", tmp_path / "qla.jsonl", env)
+    naive = run_adapter("naive", cases, tmp_path / "naive", tmp_path / "naive.jsonl")
+    check(result.returncode == 0 and naive.returncode == 0, f"exit {result.returncode}: {result.stderr[-2000:]}")
+    records = {Path(r["file"]).stem: r for r in map(json.loads, (tmp_path / "qla.jsonl").read_text().splitlines())}
+    for name, (p, expected) in runs.items():
+        record = records.get(name, {})
+        check(record.get("status") == expected, f"{name}: {record.get('status')} ({record.get('message')})")
+        written = (tmp_path / "qla" / f"{name}.safetensors").exists()
+        check(written == (expected == "RAN"), f"{name}: written {written}")
+        if expected == "SKIPPED":
+            check(bool(record.get("message")), f"{name}: a skip must give its reason")
+    tensors, meta = load(tmp_path / "qla" / "bf16_gva.safetensors")
+    reference, _ = load(tmp_path / "naive" / "bf16_gva.safetensors")
+    check(meta.get("gdn.implementation") == "flash_qla.chunk_gated_delta_rule", f"name {meta.get('gdn.implementation')}")
+    check(meta.get("gdn.formulation") == "chunked" and meta.get("gdn.chunk_size") == "64", "formulation / chunk size")
+    for key in ("out.o", "out.hT"):
+        difference = (tensors[key].double() - reference[key].double()).abs().max().item()
+        tolerance = 8 * torch.finfo(reference[key].dtype).eps * max(1.0, reference[key].double().abs().max().item())
+        check(difference <= tolerance, f"{key}: differs from the naive recurrence by {difference}")
