@@ -1,6 +1,6 @@
 """The speed report: per device kind, each kernel's default configuration at every benchmarked
 shape (its time, fraction of the copy bandwidth and of the FLOP ceiling) and its ratio to every
-peer measured in the same result set at the same shape; one plot per device kind; every
+peer measured in the same GPU call at the same shape; one plot per device kind; every
 benchmark row, tuning sweeps included, in a detail file per device kind."""
 from __future__ import annotations
 
@@ -120,6 +120,16 @@ def flop_ceiling(context: dict, device: str | None):
     return None, None
 
 
+def same_call(peer, benchmark, provenance: dict) -> bool:
+    """A peer is compared with a benchmark only when both come from one GPU call: the same folder
+    of the result set (one call's files share a folder) and the same commit where both record
+    one. Times from different calls (another machine, clocks, driver) make no ratio."""
+    if Path(peer.source).parent != Path(benchmark.source).parent:
+        return False
+    a, b = provenance.get(peer.source), provenance.get(benchmark.source)
+    return not (a and b and a.commit and b.commit) or a.commit == b.commit
+
+
 def peer_label(p, shape_names=frozenset()) -> str:
     """The column of a peer result: its name (the peer's function), or the peer itself when the
     name is a named shape (a benchmark label): one column per function, whatever the shape."""
@@ -231,7 +241,7 @@ def summary_rows(results, kind: str) -> list[dict]:
             implementation = headline(b, present)
             if implementation is None:
                 continue
-            matches = [p for p in peers if peer_matches(p, b)]
+            matches = [p for p in peers if peer_matches(p, b) and same_call(p, b, provenance)]
             base = {"kind": kind, "source": source, "implementation": implementation, "benchmark": b.name,
                     "shape": problem_label(b), "time_ms": b.time_ms, "copy_fraction": row["copy_fraction"],
                     "flop_fraction": row["flop_fraction"], "tokens_per_second": row["tokens_per_second"]}
@@ -300,7 +310,7 @@ def details(results, kind: str) -> str:
               and (p.kind == "google-benchmark" or p.kind.startswith("peer"))]
     lines = [f"# Speed details: {kind}", "", "Back to [the speed report](../speed.md). Times are the median over "
              "repetitions where the benchmark ran several (else its single run); a peer's ratio is its time over ours "
-             "on the same problem; rows timed held (counter held = 1: the device's time alone) use the peer's held "
+             "on the same problem, measured in the same GPU call (same folder, same commit); rows timed held (counter held = 1: the device's time alone) use the peer's held "
              "time (held_ms) where it recorded one.", "",
              "## Inputs", "", provenance_table(inputs) if inputs else "No benchmark or peer files.", ""]
     peers = [p for p in results.peers if device_kind(p.source) == kind]
@@ -312,7 +322,8 @@ def details(results, kind: str) -> str:
     for source in sorted(by_source):
         context = results.context.get(source, {})
         device = provenance[source].device if source in provenance else None
-        rows, peer_names, sources = rows_for(by_source[source], context, device, peers)
+        same = [p for p in peers if by_source[source] and same_call(p, by_source[source][0], provenance)]
+        rows, peer_names, sources = rows_for(by_source[source], context, device, same)
         headers = ROW_HEADERS + [h for name in peer_names for h in (f"{name} (ms)", f"speed-up vs {name}")]
         cells = []
         for r in rows:
@@ -399,7 +410,7 @@ def build(results, out_dir: Path, plot_dir: Path, command: str, generated: str) 
              f"Generated {generated} by `{command}` from the current result sets in `reports/results/<device kind>/`. "
              "Each kernel's default configuration at every benchmarked shape: its time (median of repetitions, else the "
              "single run), its fraction of the copy bandwidth and of the FLOP ceiling (bf16 tensor core), and each peer "
-             "measured in the same result set at the same shape (peer / ours above 1: ours faster).", "",
+             "measured in the same GPU call (same folder, same commit) at the same shape (peer / ours above 1: ours faster).", "",
              table(SUMMARY_HEADERS, cells) if cells else "No benchmark results: not measured.", "",
              "Runs (device, date, commit, command of each input above):", "",
              table(["run", "device", "date", "commit", "command"],

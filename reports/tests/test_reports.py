@@ -371,12 +371,22 @@ def test_project_formats_and_named_shapes(tmp_path):
         "peer": "flash-linear-attention chunk_gated_delta_rule", "fla_version": "0.6.0", "commit": "abc1234",
         "results": [{"name": "big_4x8192", "T": 32768, "H": 16, "HV": 32, "ms": 1.5},
                     {"name": "small_1x64", "T": 128, "ms": 0.5}]}))
+    # The same peer timed in another GPU call (another commit, and another folder): never a ratio.
+    (named / "peer_fla_chunk_other_call.json").write_text(json.dumps({
+        "peer": "flash-linear-attention chunk_gated_delta_rule", "fla_version": "0.6.0", "commit": "fff0000",
+        "command": "another call", "results": [{"name": "big_4x8192", "T": 32768, "H": 16, "HV": 32, "ms": 9.0}]}))
+    (named / "elsewhere").mkdir()
+    (named / "elsewhere" / "peer_fla_chunk.json").write_text(json.dumps({
+        "peer": "flash-linear-attention chunk_gated_delta_rule", "fla_version": "0.6.0", "commit": "abc1234",
+        "results": [{"name": "big_4x8192", "T": 32768, "H": 16, "HV": 32, "ms": 9.0}]}))
     run = make_reports(tmp_path / "results", tmp_path / "out")
     assert run.returncode == 0, run.stderr
     text = (tmp_path / "out" / "speed.md").read_text()
     summary, _ = summary_and_runs(text)
     rows = {r["shape"].split()[0]: r for r in summary if r["kernel"] == "cuda.chunked_prefill"}
     assert set(rows) == {"big_4x8192", "small_1x64"}, "tuning rows stay out of the summary"
+    assert not [r for r in summary if r["peer (ms)"] == "9.00e+00"], "a peer of another call was paired"
+    assert "9.00e+00" not in (tmp_path / "out" / "details" / "speed_h100.md").read_text().split("## Peer")[0]
     big, small = rows["big_4x8192"], rows["small_1x64"]
     assert big["peer (ms)"] == "1.50e+00" and big["peer / ours"] == "0.75", big
     assert small["peer"] == "none measured", "a named shape with a different T must not match"
