@@ -334,7 +334,7 @@ if has accuracy; then
   "$BIN/cuda_chunked_accuracy" cases /tmp/acc >> "$LOG" 2>&1
   if [ -f "$SITE" ]; then ACC_PATH=/tmp/bsite; else install_wheels; ACC_PATH=${PYTHONPATH:-}; fi
   ACC_PEERS=()
-  PYTHONPATH=$ACC_PATH FLA_FLASH_QLA=0 timeout 200 python3 reports/adapters/gdn_adapter.py --impl fla.chunk --device cuda \
+  PYTHONPATH=$ACC_PATH FLA_FLASH_QLA=0 timeout 360 python3 reports/adapters/gdn_adapter.py --impl fla.chunk --device cuda \
     --out-dir /tmp/acc_fla /tmp/acc 2>&1 | tail -4 | tee -a "$LOG"
   ACC_PEERS+=(--peer "fla.chunk_gated_delta_rule[triton]=/tmp/acc_fla")
   if PYTHONPATH=$ACC_PATH python3 -c "import flash_qla" 2>/dev/null; then
