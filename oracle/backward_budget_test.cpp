@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <random>
 #include <string>
@@ -135,6 +137,50 @@ TEST_CASE("gradients: fp32 backwards pass the calibrated budget", "[backward][bu
     }
   }
   CHECK(worst > 0.3);  // the budget is not loose: a different fp32 order uses a good part of it
+}
+
+TEST_CASE("gradients: tensor-core product models against the calibrated budget", "[backward][budget][products]") {
+  // reference::chunked_backward_products: its fp32 model is the emulation itself (the products as
+  // written), and the split models decide what a tensor-core chunked backward needs. On the GPU
+  // suite's chunked-backward cases (experimental/backward_products_study, 1000 cases) TF32
+  // rounded once failed 90% of them and bf16 hi + lo 37%; 3xTF32 and three bf16 terms none.
+  // Here: the same on this file's cases, with the rates as bounds (single TF32 fails at least
+  // half, 3xTF32 and bf16x3 never).
+  const oracle::BudgetOptions calibrated;
+  int ran = 0, tf32_failed = 0;
+  for (std::uint64_t seed = 100; seed < 160; ++seed) {
+    Sample s = sample(seed);
+    oracle::BackwardContext ctx("seed " + std::to_string(seed), s.problem, s.inputs, s.backward);
+    // Widened to double (exact), so equal doubles are equal floats, bit for bit.
+    const Gradients<double> emulation =
+        reference::chunked_backward<float>(s.problem, s.inputs, s.backward, 64).cast<double>();
+    const Gradients<double> fp32 = reference::chunked_backward_products(s.problem, s.inputs, s.backward, 64,
+                                                                        reference::BackwardProducts::fp32)
+                                       .cast<double>();
+    for (OutputTensor t : oracle::gradient_tensors(s.problem)) {
+      const HostTensor<double>& a = oracle::gradient_of(emulation, t);
+      const HostTensor<double>& b = oracle::gradient_of(fp32, t);
+      REQUIRE(a.numel() == b.numel());
+      for (std::int64_t i = 0; i < a.numel(); ++i) REQUIRE(std::memcmp(&a[i], &b[i], sizeof(double)) == 0);
+    }
+    ++ran;
+    for (auto products : {reference::BackwardProducts::tf32, reference::BackwardProducts::tf32x3,
+                          reference::BackwardProducts::bf16x3}) {
+      Gradients<double> x =
+          reference::chunked_backward_products(s.problem, s.inputs, s.backward, 64, products).cast<double>();
+      oracle::round_gradients(s.problem, x);
+      const oracle::Verdict v = oracle::evaluate_gradients(reference::backward_products_name(products),
+                                                           Formulation::chunked, 64, ctx, x, calibrated);
+      if (products == reference::BackwardProducts::tf32) {
+        tf32_failed += v.passed() ? 0 : 1;
+      } else {
+        INFO(v.details());
+        CHECK(v.passed());
+      }
+    }
+  }
+  std::cout << "  TF32 products: " << tf32_failed << " of " << ran << " cases failed the gradient budget\n";
+  CHECK(2 * tf32_failed >= ran);
 }
 
 TEST_CASE("gradients: a backward in bf16 fails the fp32 formulation's budget", "[backward][budget]") {

@@ -2,16 +2,75 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "reference/backward_impl.hpp"
+#include "reference/precision.hpp"
 #include "reference/prepare.hpp"
 
 namespace gdn::reference {
+namespace {
 
-template <class Scalar>
-Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
-                                   int chunk_size, ChunkBackwardTrace<Scalar>* trace) {
+// The products of the adjoint as written: Eigen's own, lazily (the reference's expressions
+// unchanged, so chunked_backward<Scalar> computes exactly what it did before products were
+// a parameter).
+struct ExactProducts {
+  template <class A, class B>
+  static auto mul(const A& a, const B& b) {
+    return a * b;
+  }
+};
+
+// Round to nearest, ties away from zero, to TF32's 10 mantissa bits (cvt.rna.tf32.f32).
+float round_tf32(float x) {
+  if (!std::isfinite(x)) return x;
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, sizeof u);
+  return x;
+}
+
+float round_bf16(float x) { return static_cast<float>(Eigen::bfloat16(x)); }
+
+// x as the sum of `terms` values of the tensor cores' operand type, each the rounding of what
+// the previous ones leave (terms 1: x rounded once; 2: hi + lo; 3: hi + mid + lo).
+std::vector<Matrix<float>> split(const Matrix<float>& x, BackwardProducts products) {
+  const bool tf32 = products == BackwardProducts::tf32 || products == BackwardProducts::tf32x3;
+  const int terms = products == BackwardProducts::tf32 ? 1 : products == BackwardProducts::bf16x3 ? 3 : 2;
+  std::vector<Matrix<float>> out;
+  Matrix<float> rest = x;
+  for (int t = 0; t < terms; ++t) {
+    Matrix<float> part = rest.unaryExpr([tf32](float v) { return tf32 ? round_tf32(v) : round_bf16(v); });
+    rest -= part;
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
+// A tensor-core product of fp32 matrices: each operand split (split()), the partial products
+// whose term indices add to at most terms - 1 (1: hi hi; 2: lo hi, hi lo, hi hi; 3: the six of
+// bf16x3), each exact in fp32 accumulation as on the tensor cores, summed smallest first in fp32.
+template <BackwardProducts kProducts>
+struct RoundedProducts {
+  template <class A, class B>
+  static Matrix<float> mul(const A& a, const B& b) {
+    const std::vector<Matrix<float>> x = split(Matrix<float>(a), kProducts), y = split(Matrix<float>(b), kProducts);
+    const int terms = static_cast<int>(x.size());
+    Matrix<float> sum = Matrix<float>::Zero(x[0].rows(), y[0].cols());
+    for (int order = terms - 1; order >= 0; --order)
+      for (int i = order; i >= 0; --i) sum.noalias() += x[static_cast<std::size_t>(i)] * y[static_cast<std::size_t>(order - i)];
+    return sum;
+  }
+};
+
+template <class Scalar, class Products>
+Gradients<Scalar> chunked_backward_with(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
+                                        int chunk_size, ChunkBackwardTrace<Scalar>* trace) {
   using std::exp;
   if (chunk_size < 1) throw ProblemError("chunk_size", "must be >= 1, got " + std::to_string(chunk_size));
   validate_backward(problem, inputs, backward);
@@ -76,8 +135,8 @@ Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs,
         const Matrix<Scalar>& U = rec.U;
         const Matrix<Scalar>& Vn = rec.Vnew;
         const Matrix<Scalar>& T = rec.T;
-        const Matrix<Scalar> Gk = Kc * Kc.transpose();
-        const Matrix<Scalar> QK = Q * Kc.transpose();
+        const Matrix<Scalar> Gk = Products::mul(Kc, Kc.transpose());
+        const Matrix<Scalar> QK = Products::mul(Q, Kc.transpose());
         Matrix<Scalar> P = Matrix<Scalar>::Zero(c, c);
         for (int i = 0; i < c; ++i)
           for (int l = 0; l <= i; ++l) P(i, l) = E(i, l) * QK(i, l);
@@ -87,33 +146,33 @@ Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs,
         // S_end = a_c S0 + K^T diag(b) Vnew
         Matrix<Scalar> dS0 = a(c - 1) * dS_end;
         da(c - 1) += dS_end.cwiseProduct(S0).sum();
-        const Matrix<Scalar> KdS = Kc * dS_end;  // [c, V]
+        const Matrix<Scalar> KdS = Products::mul(Kc, dS_end);  // [c, V]
         Matrix<Scalar> dVn = b.asDiagonal() * KdS;
-        Matrix<Scalar> dK = b.asDiagonal() * (Vn * dS_end.transpose());
+        Matrix<Scalar> dK = b.asDiagonal() * Products::mul(Vn, dS_end.transpose());
         for (int i = 0; i < c; ++i) db(i) += KdS.row(i).dot(Vn.row(i));
         // O = diag(a) Q S0 + P Vnew, P = Mask . (Q K^T) . E
-        const Matrix<Scalar> QS0 = Q * S0;
-        Matrix<Scalar> dQ = a.asDiagonal() * (dO * S0.transpose());
-        dS0.noalias() += Q.transpose() * (a.asDiagonal() * dO);
+        const Matrix<Scalar> QS0 = Products::mul(Q, S0);
+        Matrix<Scalar> dQ = a.asDiagonal() * Products::mul(dO, S0.transpose());
+        dS0.noalias() += Products::mul(Q.transpose(), a.asDiagonal() * dO);
         for (int i = 0; i < c; ++i) da(i) += QS0.row(i).dot(dO.row(i));
-        Matrix<Scalar> dP = dO * Vn.transpose();
-        dVn.noalias() += P.transpose() * dO;
+        Matrix<Scalar> dP = Products::mul(dO, Vn.transpose());
+        dVn.noalias() += Products::mul(P.transpose(), dO);
         Matrix<Scalar> dQK = Matrix<Scalar>::Zero(c, c), dE = Matrix<Scalar>::Zero(c, c);
         for (int i = 0; i < c; ++i)
           for (int l = 0; l <= i; ++l) {
             dQK(i, l) = dP(i, l) * E(i, l);
             dE(i, l) = dP(i, l) * QK(i, l);
           }
-        dQ.noalias() += dQK * Kc;
-        dK.noalias() += dQK.transpose() * Q;
+        dQ.noalias() += Products::mul(dQK, Kc);
+        dK.noalias() += Products::mul(dQK.transpose(), Q);
         // Vnew = U - W S0
         const Matrix<Scalar> dU = dVn;
-        const Matrix<Scalar> dW = -dVn * S0.transpose();
-        dS0.noalias() -= W.transpose() * dVn;
+        const Matrix<Scalar> dW = Products::mul(-dVn, S0.transpose());
+        dS0.noalias() -= Products::mul(W.transpose(), dVn);
         // [W | U] = T R, T = (I + A)^-1: dR = T^T d[W | U], dA = -dR [W | U]^T (strictly lower).
-        const Matrix<Scalar> dX = T.transpose() * dW;  // R's key part: diag(beta a) K
-        const Matrix<Scalar> dY = T.transpose() * dU;  // R's value part: diag(beta) V
-        Matrix<Scalar> dA = -(dX * W.transpose() + dY * U.transpose());
+        const Matrix<Scalar> dX = Products::mul(T.transpose(), dW);  // R's key part: diag(beta a) K
+        const Matrix<Scalar> dY = Products::mul(T.transpose(), dU);  // R's value part: diag(beta) V
+        Matrix<Scalar> dA = -(Products::mul(dX, W.transpose()) + Products::mul(dY, U.transpose()));
         dA.template triangularView<Eigen::Upper>().setZero();
         Matrix<Scalar> dV(c, V);
         for (int i = 0; i < c; ++i) {
@@ -131,7 +190,7 @@ Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs,
             dE(i, l) += dA(i, l) * beta(i) * Gk(i, l);
             dGk(i, l) = dA(i, l) * beta(i) * E(i, l);
           }
-        dK.noalias() += (dGk + dGk.transpose()) * Kc;
+        dK.noalias() += Products::mul(dGk + dGk.transpose(), Kc);
         // The decays' exponents: da_i/dgamma_i = a_i; db_i/dgamma_i = -b_i, db_i/dgamma_c = b_i;
         // dE_il/dgamma_i = E_il, dE_il/dgamma_l = -E_il.
         Vector<Scalar> dgamma(c);
@@ -197,6 +256,46 @@ Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs,
     }
   }
   return detail::finish_gradients<Scalar>(problem, inputs, raw, nullptr, nullptr);
+}
+
+}  // namespace
+
+template <class Scalar>
+Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
+                                   int chunk_size, ChunkBackwardTrace<Scalar>* trace) {
+  return chunked_backward_with<Scalar, ExactProducts>(problem, inputs, backward, chunk_size, trace);
+}
+
+Gradients<float> chunked_backward_products(const Problem& problem, const Inputs& inputs,
+                                           const BackwardInputs& backward, int chunk_size, BackwardProducts products) {
+  switch (products) {
+    case BackwardProducts::fp32:
+      return chunked_backward_with<float, ExactProducts>(problem, inputs, backward, chunk_size, nullptr);
+    case BackwardProducts::tf32:
+      return chunked_backward_with<float, RoundedProducts<BackwardProducts::tf32>>(problem, inputs, backward,
+                                                                                   chunk_size, nullptr);
+    case BackwardProducts::tf32x3:
+      return chunked_backward_with<float, RoundedProducts<BackwardProducts::tf32x3>>(problem, inputs, backward,
+                                                                                     chunk_size, nullptr);
+    case BackwardProducts::bf16x2:
+      return chunked_backward_with<float, RoundedProducts<BackwardProducts::bf16x2>>(problem, inputs, backward,
+                                                                                     chunk_size, nullptr);
+    case BackwardProducts::bf16x3:
+      return chunked_backward_with<float, RoundedProducts<BackwardProducts::bf16x3>>(problem, inputs, backward,
+                                                                                     chunk_size, nullptr);
+  }
+  throw ProblemError("products", "not a BackwardProducts value");
+}
+
+const char* backward_products_name(BackwardProducts products) {
+  switch (products) {
+    case BackwardProducts::fp32: return "fp32";
+    case BackwardProducts::tf32: return "tf32";
+    case BackwardProducts::tf32x3: return "tf32x3";
+    case BackwardProducts::bf16x2: return "bf16x2";
+    case BackwardProducts::bf16x3: return "bf16x3";
+  }
+  return "?";
 }
 
 // float: the chunked backward's fp32 precision emulation (oracle/backward_budget.hpp).

@@ -44,6 +44,22 @@ template <class Scalar>
 Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
                                    int chunk_size, ChunkBackwardTrace<Scalar>* trace = nullptr);
 
+// How a tensor-core kernel would form the products of the chunked backward's adjoint (the
+// 18 matrix products of the chunk step: K K^T, Q K^T, K dS, Vnew dS^T, Q S0, dO S0^T, Q^T dO,
+// dO Vnew^T, P^T dO, dQK K, dQK^T Q, dVnew S0^T, W^T dVnew, T^T dW, T^T dU, dX W^T, dY U^T,
+// (dGk + dGk^T) K): fp32 (as written, = chunked_backward<float>), or each fp32 operand split into
+// terms of the tensor cores' type, the partial products summed in fp32: tf32 (rounded once to
+// TF32, round to nearest with ties away as cvt.rna), tf32x3 (hi + lo, three products, the
+// "3xTF32" of CUTLASS), bf16x2 (hi + lo in bf16, three products, 16 bits), bf16x3 (three bf16
+// terms, six products). A model, not an emulation of a kernel's bits: the sums run in Eigen's
+// order, and the forward it recomputes (S0, T, W, U, Vnew, by reference::chunked<float>) keeps
+// fp32 products. What it is for: deciding on the CPU which tensor-core precision keeps the
+// gradient budgets before a kernel is written for it (experimental/backward_products_study).
+enum class BackwardProducts { fp32, tf32, tf32x3, bf16x2, bf16x3 };
+const char* backward_products_name(BackwardProducts products);
+Gradients<float> chunked_backward_products(const Problem& problem, const Inputs& inputs,
+                                           const BackwardInputs& backward, int chunk_size, BackwardProducts products);
+
 extern template Gradients<float> chunked_backward<float>(const Problem&, const Inputs&, const BackwardInputs&, int,
                                                          ChunkBackwardTrace<float>*);
 extern template Gradients<double> chunked_backward<double>(const Problem&, const Inputs&, const BackwardInputs&, int,
