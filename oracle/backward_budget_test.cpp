@@ -141,11 +141,10 @@ TEST_CASE("gradients: fp32 backwards pass the calibrated budget", "[backward][bu
 
 TEST_CASE("gradients: tensor-core product models against the calibrated budget", "[backward][budget][products]") {
   // reference::chunked_backward_products: its fp32 model is the emulation itself (the products as
-  // written), and the split models decide what a tensor-core chunked backward needs. On the GPU
-  // suite's chunked-backward cases (experimental/backward_products_study, 1000 cases) TF32
-  // rounded once failed 90% of them and bf16 hi + lo 37%; 3xTF32 and three bf16 terms none.
-  // Here: the same on this file's cases, with the rates as bounds (single TF32 fails at least
-  // half, 3xTF32 and bf16x3 never).
+  // written), and the split models decide what a tensor-core chunked backward needs (the study
+  // on the GPU suite's cases and its measured rates: experimental/README.md,
+  // "backward_products_study"). Here the study's finding as bounds on this file's cases: TF32
+  // rounded once fails at least half of them, 3xTF32 and bf16x3 never.
   const oracle::BudgetOptions calibrated;
   int ran = 0, tf32_failed = 0;
   for (std::uint64_t seed = 100; seed < 160; ++seed) {
