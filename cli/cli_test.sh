@@ -28,6 +28,7 @@ expect_rc() {  # expect_rc RC COMMAND...: COMMAND exits RC; its stdout/stderr in
 case "$step" in
 installed)
   cmake --install "$4" --prefix "$PWD/prefix" --component cli > install.log
+  trap 'rm -rf "$work/$step/prefix"' EXIT  # a copy of the build's binary: never keep it
   mkdir -p /tmp/gdn-elsewhere.$$ && cd /tmp/gdn-elsewhere.$$
   env -u GDN_GOLDEN_DIR "$work/$step/prefix/bin/gdn-testbed" conformance --impl reference.sequential.f64 \
     --json "$work/$step/verdicts.json" > "$work/$step/out.txt"

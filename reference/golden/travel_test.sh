@@ -11,6 +11,8 @@ work=$2
 rm -rf "$work"
 mkdir -p "$work/bin" "$work/elsewhere"
 cp "$binary" "$work/bin/gdn-testbed"
+# The copy is the build's binary again (hundreds of MB under the sanitizers): never keep it.
+trap 'rm -rf "$work/bin"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # Only the double references: the golden verdicts are per reference, and the built-in cases of
