@@ -269,7 +269,7 @@ FuzzResult run_fuzz(const FuzzOptions& options) {
   std::vector<Subject> subjects;
   for (const oracle::RegistryEntry* e : options.implementations) {
     const oracle::BudgetOptions budget = !options.backward ? (options.budget ? *options.budget : e->default_budget)
-                                         : options.budget  ? oracle::gradient_budget(*options.budget)
+                                         : options.budget  ? *options.budget
                                                            : oracle::backward_budget_of(*e);
     subjects.push_back({e, e->make(), budget});
   }

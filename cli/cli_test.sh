@@ -469,7 +469,13 @@ PY
   expect_rc 2 "$bin" fuzz --backward --intermediate --cases 1 --out u
   grep -q -- '--intermediate' err.txt || { cat err.txt; exit 1; }
   expect_rc 2 "$bin" fuzz --backward --budget 'calibrated(baseline=operands_single)' --cases 1 --out u
-  grep -q 'no operand model' err.txt || { cat err.txt; exit 1; }
+  grep -q 'operand model is of the chunked form' err.txt || { cat err.txt; exit 1; }
+  # A chunked backward under the operand baseline: judged on the operand model (the budget named
+  # in every verdict), and the fp32 chunked emulation, more accurate than that design, passes.
+  expect_rc 0 "$bin" fuzz --backward --impl reference.emulate.chunked --budget 'calibrated(baseline=operands_single)' \
+    --cases 6 --out operands --json operands.json --quiet
+  python3 -c "import json; d=json.load(open('operands.json')); t=d['tallies']['reference.emulate.chunked']; \
+assert 'baseline=operands_single' in d['budget'] and t['pass'] == 6, d" || { cat out.txt; exit 1; }
   ;;
 *)
   echo "unknown step $step"; exit 2 ;;

@@ -91,10 +91,9 @@ oracle::Verdict judge_file_gradients(const oracle::CaseFile& c, const std::strin
                                      const std::string& implementation, const oracle::BudgetOptions& budget) {
   if (!c.gradients || !c.backward)
     throw std::invalid_argument("judge_file_gradients: the case holds no gradients and cotangents");
-  // The operand model is the chunked forward kernel's; gradients are calibrated on the fp32
-  // emulation of the backward, their one baseline.
-  std::string note;
-  const oracle::BudgetOptions b = oracle::gradient_budget(budget, &note);
+  // An operand baseline applies to a chunked formulation's gradients; evaluate_gradients judges a
+  // sequential one on the emulation and says so in the verdict (oracle::gradient_budget).
+  const oracle::BudgetOptions& b = budget;
   // The one parser of the gdn.* judge keys, as for the outputs (a malformed value throws).
   const oracle::JudgeSettings settings = oracle::judge_settings(c.metadata, c.problem, case_name);
   oracle::BackwardContext context(case_name, c.problem, c.inputs, *c.backward);
@@ -104,10 +103,7 @@ oracle::Verdict judge_file_gradients(const oracle::CaseFile& c, const std::strin
                                        *c.gradients, b, &context.exact().value)
           : oracle::evaluate_gradients(implementation, settings.formulation, settings.chunk_size, context,
                                        *c.gradients, b);
-  if (note.empty()) return v;
-  oracle::Verdict out = v;
-  out.message = note + (v.message.empty() ? "" : "; " + v.message);
-  return out;
+  return v;
 }
 
 oracle::Verdict combine_verdicts(oracle::Verdict f, const oracle::Verdict& b) {

@@ -45,9 +45,9 @@ oracle::Verdict judge_case(const oracle::CaseFile& c, const std::string& path,
 // The gradients a case file holds (out.dq ... out.dh0, gdn-case/2) judged like its outputs:
 // oracle::BackwardContext on the file's problem, inputs and cotangents (in.dO, in.dhT), the
 // exact backward in double, the file's formulation and chunk size, one check per gradient
-// (docs/budgets.md "Gradients"). `budget` is the one chosen for the file (file_budget); the
-// backward has no operand model, so a calibrated budget's baseline is the emulation (a note says
-// so when the file's budget named another); bitwise compares with the exact gradients bit for
+// (docs/budgets.md "Gradients"). `budget` is the one chosen for the file (file_budget); an
+// operand baseline judges a chunked file against the backward's operand model and a sequential
+// one against the emulation (a note in the verdict says so: oracle::gradient_budget); bitwise compares with the exact gradients bit for
 // bit, as it does outputs. Throws (ProblemError, std::invalid_argument) where judging fails;
 // the callers turn that into an ERROR verdict. Needs c.gradients and c.backward.
 oracle::Verdict judge_file_gradients(const oracle::CaseFile& c, const std::string& case_name,

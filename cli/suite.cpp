@@ -285,12 +285,9 @@ std::vector<oracle::Verdict> backward_conformance_verdicts(const std::vector<con
   std::vector<oracle::Verdict> verdicts;
   std::vector<std::unique_ptr<Implementation>> impls;
   std::vector<oracle::BudgetOptions> budgets;
-  std::vector<std::string> notes;
   for (const oracle::RegistryEntry* e : entries) {
     impls.push_back(e->make());
-    std::string note;
-    budgets.push_back(budget ? oracle::gradient_budget(*budget, &note) : oracle::backward_budget_of(*e));
-    notes.push_back(note);
+    budgets.push_back(budget ? *budget : oracle::backward_budget_of(*e));
   }
   for (const BackwardCase& b : backward_conformance_cases()) {
     const GeneratedCase& c = b.generated;
@@ -303,8 +300,6 @@ std::vector<oracle::Verdict> backward_conformance_verdicts(const std::vector<con
       // Kernels: the backward once more and on the reversed pack, bit for bit.
       if (entries[i]->check_reproducibility)
         oracle::add_backward_reproducibility_checks(v, *impls[i], c.problem, c.inputs, b.cotangents, actual);
-      if (!notes[i].empty() && v.status != oracle::Status::skipped)
-        v.message = notes[i] + (v.message.empty() ? "" : "; " + v.message);
       verdicts.push_back(std::move(v));
     }
   }

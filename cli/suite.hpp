@@ -40,8 +40,8 @@ std::vector<BackwardCase> backward_conformance_cases(std::size_t* out_of_scope =
 
 // What `gdn-testbed conformance --backward` adds: every implementation of `entries` on every
 // case of backward_conformance_cases (case-major), its backward judged against the long double
-// sequential adjoint (oracle::evaluate_backward), under `budget` (applied to gradients:
-// oracle::gradient_budget) or else the entry's backward budget (oracle::backward_budget_of).
+// sequential adjoint (oracle::evaluate_backward), under `budget` (applied to gradients by
+// oracle::gradient_budget in evaluate_gradients) or else the entry's backward budget (oracle::backward_budget_of).
 // Case names end in "/backward". SKIPPED with the reason for an implementation without a
 // backward or one that does not support the case. Kernels (check_reproducibility) run the
 // backward once more and on the reversed pack, bit for bit (add_backward_reproducibility_checks).

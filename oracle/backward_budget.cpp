@@ -163,6 +163,23 @@ Gradients<double> emulate_backward(const Problem& problem, const Inputs& inputs,
   return out;
 }
 
+reference::BackwardProducts operand_products(DType input_dtype) {
+  switch (input_dtype) {
+    case DType::bf16: return reference::BackwardProducts::bf16;
+    case DType::f16: return reference::BackwardProducts::f16;
+    default: return reference::BackwardProducts::fp32;
+  }
+}
+
+Gradients<double> emulate_backward_operands(const Problem& problem, const Inputs& inputs,
+                                            const BackwardInputs& backward, int chunk_size) {
+  Gradients<double> out = reference::chunked_backward_products(problem, inputs, backward, chunk_size,
+                                                               operand_products(problem.input_dtype))
+                              .cast<double>();
+  round_gradients(problem, out);
+  return out;
+}
+
 ExactGradients exact_gradients(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
                                bool long_double) {
   ExactGradients e;
@@ -230,8 +247,10 @@ Verdict judge_gradients(const Problem& problem, const Inputs& inputs, const Exac
   v.budget = options.describe();
   if (options.model == BudgetModel::calibrated && !baseline)
     throw std::invalid_argument("oracle::judge_gradients: the calibrated budget needs the emulation's gradients");
-  if (options.model == BudgetModel::calibrated && options.baseline != BudgetBaseline::emulation)
-    throw std::invalid_argument("oracle::judge_gradients: the backward has no operand model; baseline must be emulation");
+  if (options.model == BudgetModel::calibrated && options.baseline != BudgetBaseline::emulation &&
+      formulation != Formulation::chunked)
+    throw std::invalid_argument("oracle::judge_gradients: the backward's operand model is of the chunked form; a "
+                                "sequential formulation is judged on the emulation (gradient_budget)");
   if (options.model == BudgetModel::analytic && formulation == Formulation::chunked && chunk_size < 1)
     throw std::invalid_argument("oracle::judge_gradients: the analytic budget of a chunked formulation needs its chunk size");
   const std::vector<OutputTensor> expected = gradient_tensors(problem);
@@ -291,7 +310,11 @@ Verdict judge_gradients(const Problem& problem, const Inputs& inputs, const Exac
         double budget = floor;
         if (std::isfinite(emulation)) {
           budget += options.factor * emulation;
-          basis = compact(options.factor) + " x " + sci(emulation) + " (emulation) + ";
+          basis = compact(options.factor) + " x " + sci(emulation) +
+                  (options.baseline == BudgetBaseline::emulation
+                       ? std::string(" (emulation) + ")
+                       : std::string(" (emulation, operands single: products in ") +
+                             dtype_name(problem.input_dtype) + ") + ");
         } else {
           // As in the forward: an emulation that is not finite says nothing about what the
           // precision achieves, and factor x inf would pass anything. Its term is dropped.
@@ -397,6 +420,18 @@ const ExactGradients& BackwardContext::exact() {
   return *exact_;
 }
 
+const Gradients<double>& BackwardContext::baseline(const BudgetOptions& options, Formulation formulation,
+                                                  int chunk_size) {
+  if (options.baseline == BudgetBaseline::emulation) return emulation(formulation, chunk_size);
+  if (formulation != Formulation::chunked || chunk_size < 1)
+    throw std::invalid_argument("oracle::BackwardContext: the operand baseline needs a chunked formulation with "
+                                "chunk_size >= 1");
+  auto it = operand_models_.find(chunk_size);
+  if (it == operand_models_.end())
+    it = operand_models_.emplace(chunk_size, emulate_backward_operands(problem_, inputs_, backward_, chunk_size)).first;
+  return it->second;
+}
+
 const Gradients<double>& BackwardContext::emulation(Formulation formulation, int chunk_size) {
   if (formulation == Formulation::chunked && chunk_size < 1)
     throw std::invalid_argument("oracle::BackwardContext: a chunked formulation needs chunk_size >= 1");
@@ -417,10 +452,13 @@ Verdict evaluate_gradients(const std::string& implementation, Formulation formul
     runs.value = *first;
     v = judge_gradients(context.problem(), context.inputs(), runs, actual, nullptr, formulation, chunk_size, options);
   } else {
+    std::string note;
+    const BudgetOptions used = gradient_budget(options, formulation, &note);
     const Gradients<double>* baseline =
-        options.model == BudgetModel::calibrated ? &context.emulation(formulation, chunk_size) : nullptr;
+        used.model == BudgetModel::calibrated ? &context.baseline(used, formulation, chunk_size) : nullptr;
     v = judge_gradients(context.problem(), context.inputs(), context.exact(), actual, baseline, formulation, chunk_size,
-                        options);
+                        used);
+    if (!note.empty()) v.message = note + (v.message.empty() ? "" : "; " + v.message);
   }
   v.case_name = context.name();
   v.implementation = implementation;
@@ -481,11 +519,14 @@ Verdict evaluate_backward(Implementation& implementation, BackwardContext& conte
                            options, actual_out);
 }
 
-BudgetOptions gradient_budget(const BudgetOptions& options, std::string* note) {
+BudgetOptions gradient_budget(const BudgetOptions& options, Formulation formulation, std::string* note) {
   BudgetOptions b = options;
-  if (b.model == BudgetModel::calibrated && b.baseline != BudgetBaseline::emulation) {
+  if (b.model == BudgetModel::calibrated && b.baseline != BudgetBaseline::emulation &&
+      formulation != Formulation::chunked) {
     b.baseline = BudgetBaseline::emulation;
-    if (note) *note = "gradients: the backward has no operand model, judged with " + b.describe();
+    if (note)
+      *note = "gradients: the operand model is of the chunked form; this sequential backward is judged with " +
+              b.describe();
   }
   return b;
 }

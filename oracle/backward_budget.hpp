@@ -12,8 +12,12 @@
 // max |exact| a correct fp32 dg can be off by any factor, relative to M it is not.
 //
 // Budgets per model (error and budget in the same units, fractions of M):
-//   calibrated: factor x (error of the fp32 emulation of the implementation's formulation) +
-//               floor_units x u(the gradient's storage dtype);
+//   calibrated: factor x (error of the baseline) + floor_units x u(the gradient's storage dtype);
+//               the baseline is the fp32 emulation of the implementation's formulation, or with
+//               baseline=operands_single (or _qk, the same model here) the chunked backward with
+//               every operand of its products rounded once to the input dtype
+//               (emulate_backward_operands: the design of kernels that store their operands in
+//               bf16 / fp16, fla's and FlashQLA's); chunked formulations only;
 //   fixed:      rel_rms <= fla's thresholds (0.008 for dq, dk, dv, dh0; 0.02 for the gate
 //               gradients), or fixed(rel_rms=X[,abs=A]) for every tensor, plus no non-finite
 //               mismatch;
@@ -30,6 +34,7 @@
 #include "core/gradients.hpp"
 #include "core/implementation.hpp"
 #include "oracle/budget.hpp"
+#include "reference/backward_chunked.hpp"
 
 namespace gdn::oracle {
 
@@ -51,6 +56,18 @@ void round_gradients(const Problem& problem, Gradients<double>& gradients);
 // every gradient rounded once to its storage dtype at the end.
 Gradients<double> emulate_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
                                    Formulation formulation, int chunk_size);
+
+// The operand model of the backward, the gradient budget's baseline=operands_single: the
+// chunked backward at chunk_size with every operand of the adjoint's products (the forward's
+// recomputed S0, T, W, U, Vnew, the normalised q and k, the cotangents' products alike) rounded
+// once to the input dtype before the product and accumulated in fp32
+// (reference::chunked_backward_products with BackwardProducts::bf16 or f16; fp32 inputs: no
+// rounding, the chunked emulation), every gradient rounded once to its storage dtype. For the
+// backward, baseline=operands_single and operands_single_qk name this one model: it rounds the
+// normalised q and k wherever they enter a product, which is what storing them does.
+reference::BackwardProducts operand_products(DType input_dtype);
+Gradients<double> emulate_backward_operands(const Problem& problem, const Inputs& inputs,
+                                            const BackwardInputs& backward, int chunk_size);
 
 // The oracle's gradients and their term magnitudes (sequential_backward in double, or in long
 // double narrowed to double).
@@ -103,6 +120,9 @@ class BackwardContext {
   const ExactGradients& exact();
   // emulate_backward for the formulation (chunked at chunk_size).
   const Gradients<double>& emulation(Formulation formulation, int chunk_size);
+  // The calibrated budget's baseline for `options`: emulation(), or emulate_backward_operands
+  // for the operand baselines (chunked formulations only; std::invalid_argument otherwise).
+  const Gradients<double>& baseline(const BudgetOptions& options, Formulation formulation, int chunk_size);
 
  private:
   std::string name_;
@@ -112,6 +132,7 @@ class BackwardContext {
   Oracle oracle_;
   std::optional<ExactGradients> exact_;
   std::map<int, Gradients<double>> emulations_;  // key: 0 sequential, C chunked
+  std::map<int, Gradients<double>> operand_models_;  // key: C
 };
 
 // judge_gradients with the exact gradients and the emulation taken from the context. Under
@@ -138,10 +159,11 @@ Verdict evaluate_backward(const std::string& implementation, Formulation formula
 Verdict evaluate_backward(Implementation& implementation, BackwardContext& context, const BudgetOptions& options,
                           Gradients<double>* actual_out = nullptr);
 
-// A budget applied to gradients: the backward has no operand model, so a calibrated budget with
-// another baseline is judged on the emulation instead (what judge_gradients requires); *note
-// (when non-null) says so when the budget changed, and is left alone otherwise.
-BudgetOptions gradient_budget(const BudgetOptions& options, std::string* note = nullptr);
+// A budget applied to the gradients of a backward of this formulation: the operand model is of
+// the chunked form, so for a sequential one a calibrated budget with an operand baseline is
+// judged on the emulation instead (what judge_gradients requires); *note (when non-null) says
+// so when the budget changed, and is left alone otherwise. evaluate_gradients applies it.
+BudgetOptions gradient_budget(const BudgetOptions& options, Formulation formulation, std::string* note = nullptr);
 
 // The convenience form: exact gradients and emulation computed here (oracle in double).
 Verdict judge_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,

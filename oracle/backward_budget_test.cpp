@@ -182,6 +182,76 @@ TEST_CASE("gradients: tensor-core product models against the calibrated budget",
   CHECK(2 * tf32_failed >= ran);
 }
 
+TEST_CASE("gradients: the operand baseline judges a backward that stores its operands in the input dtype",
+          "[backward][budget][products]") {
+  // oracle::emulate_backward_operands, the gradient budget's baseline=operands_single: the
+  // design of fla's and FlashQLA's backwards (every product's operand stored in bf16 / fp16). A
+  // backward of that design fails the fp32 emulation's budget on most bf16 cases and passes its
+  // own; the same backward with its error made 16 times larger fails its own; a sequential
+  // formulation is judged on the emulation, and says so; fp32 inputs round nothing.
+  const oracle::BudgetOptions calibrated;
+  const oracle::BudgetOptions operands = budget("calibrated(baseline=operands_single)");
+  const oracle::BudgetOptions operands_qk = budget("calibrated(baseline=operands_single_qk)");
+  int ran = 0, failed_fp32_budget = 0;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (bool l2norm : {false, true}) {
+      Sample s = direct_case(l2norm);
+      s.problem.input_dtype = dtype;
+      s.inputs = fuzz::make_inputs(s.problem, fuzz::InputOptions{}, 11);
+      s.backward = fuzz::make_backward_inputs(s.problem, 5);
+      oracle::BackwardContext ctx(std::string(dtype_name(dtype)) + (l2norm ? " l2norm" : ""), s.problem, s.inputs,
+                                  s.backward);
+      const Gradients<double> design = oracle::emulate_backward_operands(s.problem, s.inputs, s.backward, 64);
+      // The context's baseline is that model, for both names.
+      for (OutputTensor t : oracle::gradient_tensors(s.problem)) {
+        const HostTensor<double>& a = oracle::gradient_of(design, t);
+        const HostTensor<double>& b = oracle::gradient_of(ctx.baseline(operands_qk, Formulation::chunked, 64), t);
+        for (std::int64_t i = 0; i < a.numel(); ++i) REQUIRE(std::memcmp(&a[i], &b[i], sizeof(double)) == 0);
+      }
+      ++ran;
+      const oracle::Verdict under_fp32 = oracle::evaluate_gradients("design", Formulation::chunked, 64, ctx, design, calibrated);
+      failed_fp32_budget += under_fp32.passed() ? 0 : 1;
+      const oracle::Verdict own = oracle::evaluate_gradients("design", Formulation::chunked, 64, ctx, design, operands);
+      INFO(own.details());
+      CHECK(own.passed());
+      CHECK(own.worst_margin() <= 0.5);
+      CHECK(own.checks.front().basis.find("operands single: products in " + std::string(dtype_name(dtype))) !=
+            std::string::npos);
+      // Sixteen times the design's error, every gradient.
+      Gradients<double> worse = design;
+      const Gradients<double>& exact = ctx.exact().value;
+      for (OutputTensor t : oracle::gradient_tensors(s.problem)) {
+        HostTensor<double>& w = oracle::gradient_of(worse, t);
+        const HostTensor<double>& e = oracle::gradient_of(exact, t);
+        for (std::int64_t i = 0; i < w.numel(); ++i) w[i] = e[i] + 16 * (w[i] - e[i]);
+      }
+      const oracle::Verdict bad = oracle::evaluate_gradients("design x16", Formulation::chunked, 64, ctx, worse, operands);
+      INFO(bad.details());
+      CHECK(bad.status == oracle::Status::fail);
+      // A sequential backward: the emulation, with a note.
+      const oracle::Verdict sequential =
+          oracle::evaluate_gradients("sequential", Formulation::sequential, 0, ctx, ctx.exact().value, operands);
+      CHECK(sequential.passed());
+      CHECK(sequential.budget == calibrated.describe());
+      CHECK(sequential.message.find("operand model is of the chunked form") != std::string::npos);
+      CHECK_THROWS_AS(ctx.baseline(operands, Formulation::sequential, 0), std::invalid_argument);
+    }
+  std::cout << "  operand design: " << failed_fp32_budget << " of " << ran << " cases failed the fp32 budget\n";
+  CHECK(failed_fp32_budget >= ran / 2);
+  // fp32 inputs: nothing is rounded, the model is the chunked emulation bit for bit.
+  Sample s = direct_case(true);
+  s.problem.input_dtype = DType::f32;
+  s.inputs = fuzz::make_inputs(s.problem, fuzz::InputOptions{}, 11);
+  s.backward = fuzz::make_backward_inputs(s.problem, 5);
+  const Gradients<double> a = oracle::emulate_backward_operands(s.problem, s.inputs, s.backward, 64);
+  const Gradients<double> b = oracle::emulate_backward(s.problem, s.inputs, s.backward, Formulation::chunked, 64);
+  for (OutputTensor t : oracle::gradient_tensors(s.problem)) {
+    const HostTensor<double>& x = oracle::gradient_of(a, t);
+    const HostTensor<double>& y = oracle::gradient_of(b, t);
+    for (std::int64_t i = 0; i < x.numel(); ++i) REQUIRE(std::memcmp(&x[i], &y[i], sizeof(double)) == 0);
+  }
+}
+
 TEST_CASE("gradients: a backward in bf16 fails the fp32 formulation's budget", "[backward][budget]") {
   // The calibrated budget of an fp32 problem is fp32-sized: gradients that went through bf16
   // (what a kernel with bf16 operands in its fp32 path computes) fail it.

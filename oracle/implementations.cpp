@@ -289,7 +289,7 @@ std::unique_ptr<Implementation> make_faulty_backward(BackwardFault fault) {
 }
 
 BudgetOptions backward_budget_of(const RegistryEntry& entry) {
-  return entry.backward_budget ? *entry.backward_budget : gradient_budget(entry.default_budget);
+  return entry.backward_budget ? *entry.backward_budget : entry.default_budget;
 }
 
 // --- registry ------------------------------------------------------------------------------

@@ -32,12 +32,12 @@ struct RegistryEntry {
   bool check_reproducibility = false;
   // The budget the entry's backward (Implementation::has_backward) is judged by unless the user
   // names another (docs/budgets.md "Gradients"); absent, the default_budget applied to gradients
-  // (oracle::gradient_budget): calibrated for kernels. The exact references set analytic here,
+  // (oracle::gradient_budget, in evaluate_gradients): calibrated for kernels. The exact references set analytic here,
   // since their forward's tight fixed thresholds have no notion of a gradient's cancellation.
   std::optional<BudgetOptions> backward_budget;
 };
 
-// entry.backward_budget, else gradient_budget(entry.default_budget).
+// entry.backward_budget, else entry.default_budget (evaluate_gradients applies gradient_budget).
 BudgetOptions backward_budget_of(const RegistryEntry& entry);
 
 class Registry {

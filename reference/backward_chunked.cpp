@@ -36,16 +36,23 @@ float round_tf32(float x) {
 }
 
 float round_bf16(float x) { return static_cast<float>(Eigen::bfloat16(x)); }
+float round_f16(float x) { return static_cast<float>(Eigen::half(x)); }
 
 // x as the sum of `terms` values of the tensor cores' operand type, each the rounding of what
 // the previous ones leave (terms 1: x rounded once; 2: hi + lo; 3: hi + mid + lo).
 std::vector<Matrix<float>> split(const Matrix<float>& x, BackwardProducts products) {
-  const bool tf32 = products == BackwardProducts::tf32 || products == BackwardProducts::tf32x3;
-  const int terms = products == BackwardProducts::tf32 ? 1 : products == BackwardProducts::bf16x3 ? 3 : 2;
+  const int terms = products == BackwardProducts::tf32 || products == BackwardProducts::bf16 ||
+                            products == BackwardProducts::f16
+                        ? 1
+                    : products == BackwardProducts::bf16x3 ? 3
+                                                           : 2;
+  float (*round)(float) = products == BackwardProducts::tf32 || products == BackwardProducts::tf32x3 ? round_tf32
+                          : products == BackwardProducts::f16                                        ? round_f16
+                                                                                                     : round_bf16;
   std::vector<Matrix<float>> out;
   Matrix<float> rest = x;
   for (int t = 0; t < terms; ++t) {
-    Matrix<float> part = rest.unaryExpr([tf32](float v) { return tf32 ? round_tf32(v) : round_bf16(v); });
+    Matrix<float> part = rest.unaryExpr(round);
     rest -= part;
     out.push_back(std::move(part));
   }
@@ -266,23 +273,24 @@ Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs,
   return chunked_backward_with<Scalar, ExactProducts>(problem, inputs, backward, chunk_size, trace);
 }
 
+namespace {
+template <BackwardProducts kProducts>
+Gradients<float> rounded(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward, int chunk_size) {
+  return chunked_backward_with<float, RoundedProducts<kProducts>>(problem, inputs, backward, chunk_size, nullptr);
+}
+}  // namespace
+
 Gradients<float> chunked_backward_products(const Problem& problem, const Inputs& inputs,
                                            const BackwardInputs& backward, int chunk_size, BackwardProducts products) {
   switch (products) {
     case BackwardProducts::fp32:
       return chunked_backward_with<float, ExactProducts>(problem, inputs, backward, chunk_size, nullptr);
-    case BackwardProducts::tf32:
-      return chunked_backward_with<float, RoundedProducts<BackwardProducts::tf32>>(problem, inputs, backward,
-                                                                                   chunk_size, nullptr);
-    case BackwardProducts::tf32x3:
-      return chunked_backward_with<float, RoundedProducts<BackwardProducts::tf32x3>>(problem, inputs, backward,
-                                                                                     chunk_size, nullptr);
-    case BackwardProducts::bf16x2:
-      return chunked_backward_with<float, RoundedProducts<BackwardProducts::bf16x2>>(problem, inputs, backward,
-                                                                                     chunk_size, nullptr);
-    case BackwardProducts::bf16x3:
-      return chunked_backward_with<float, RoundedProducts<BackwardProducts::bf16x3>>(problem, inputs, backward,
-                                                                                     chunk_size, nullptr);
+    case BackwardProducts::tf32: return rounded<BackwardProducts::tf32>(problem, inputs, backward, chunk_size);
+    case BackwardProducts::tf32x3: return rounded<BackwardProducts::tf32x3>(problem, inputs, backward, chunk_size);
+    case BackwardProducts::bf16: return rounded<BackwardProducts::bf16>(problem, inputs, backward, chunk_size);
+    case BackwardProducts::f16: return rounded<BackwardProducts::f16>(problem, inputs, backward, chunk_size);
+    case BackwardProducts::bf16x2: return rounded<BackwardProducts::bf16x2>(problem, inputs, backward, chunk_size);
+    case BackwardProducts::bf16x3: return rounded<BackwardProducts::bf16x3>(problem, inputs, backward, chunk_size);
   }
   throw ProblemError("products", "not a BackwardProducts value");
 }
@@ -292,6 +300,8 @@ const char* backward_products_name(BackwardProducts products) {
     case BackwardProducts::fp32: return "fp32";
     case BackwardProducts::tf32: return "tf32";
     case BackwardProducts::tf32x3: return "tf32x3";
+    case BackwardProducts::bf16: return "bf16";
+    case BackwardProducts::f16: return "f16";
     case BackwardProducts::bf16x2: return "bf16x2";
     case BackwardProducts::bf16x3: return "bf16x3";
   }

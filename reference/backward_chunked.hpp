@@ -50,12 +50,18 @@ Gradients<Scalar> chunked_backward(const Problem& problem, const Inputs& inputs,
 // (dGk + dGk^T) K): fp32 (as written, = chunked_backward<float>), or each fp32 operand split into
 // terms of the tensor cores' type, the partial products summed in fp32: tf32 (rounded once to
 // TF32, round to nearest with ties away as cvt.rna), tf32x3 (hi + lo, three products, the
-// "3xTF32" of CUTLASS), bf16x2 (hi + lo in bf16, three products, 16 bits), bf16x3 (three bf16
-// terms, six products). A model, not an emulation of a kernel's bits: the sums run in Eigen's
-// order, and the forward it recomputes (S0, T, W, U, Vnew, by reference::chunked<float>) keeps
-// fp32 products. What it is for: deciding on the CPU which tensor-core precision keeps the
-// gradient budgets before a kernel is written for it (experimental/backward_products_study).
-enum class BackwardProducts { fp32, tf32, tf32x3, bf16x2, bf16x3 };
+// "3xTF32" of CUTLASS), bf16 and f16 (rounded once to nearest even: the operand stored in the
+// input dtype, as fla's and FlashQLA's backwards store theirs), bf16x2 (hi + lo in bf16, three
+// products, 16 bits), bf16x3 (three bf16 terms, six products). Every operand is rounded, the
+// l2-normalised q and k included (what a kernel that stores them in the input dtype computes).
+// A model, not an emulation of a kernel's bits: the sums run in Eigen's order, and the forward
+// it recomputes (S0, T, W, U, Vnew, by reference::chunked<float>) keeps fp32 products (its
+// results are rounded where they enter the adjoint's products). What it is for: deciding on
+// the CPU which tensor-core precision keeps the gradient budgets before a kernel is written for
+// it (experimental/backward_products_study), and, as bf16 / f16, the gradient budget's
+// operand baseline (oracle::emulate_backward_operands): the design of kernels that feed their
+// products with operands in the input dtype.
+enum class BackwardProducts { fp32, tf32, tf32x3, bf16, f16, bf16x2, bf16x3 };
 const char* backward_products_name(BackwardProducts products);
 Gradients<float> chunked_backward_products(const Problem& problem, const Inputs& inputs,
                                            const BackwardInputs& backward, int chunk_size, BackwardProducts products);

@@ -167,14 +167,18 @@ int fuzz_command(const FuzzCommandOptions& o, const std::string& command, const 
   // --backward: the space restricted to what the backward covers (fuzz::backward_space).
   const fuzz::CaseSpace space = o.backward ? fuzz::backward_space(o.space.space()) : o.space.space();
   // A budget that cannot judge an implementation would make every case an ERROR: refused here.
-  if (o.backward && options.budget && options.budget->model == oracle::BudgetModel::calibrated &&
-      options.budget->baseline != oracle::BudgetBaseline::emulation)
-    throw UsageError("--budget " + options.budget->describe() +
-                     " does not apply to gradients: the backward has no operand model (use baseline=emulation)");
+  // The backward's operand model is of the chunked form at any C (oracle::emulate_backward_operands).
   if (options.budget && options.budget->baseline != oracle::BudgetBaseline::emulation &&
       options.budget->model == oracle::BudgetModel::calibrated) {
     for (const oracle::RegistryEntry* e : selected) {
       const auto impl = e->make();
+      if (o.backward) {
+        if (impl->has_backward() && impl->backward_formulation() != Formulation::chunked)
+          throw UsageError("--budget " + options.budget->describe() + " does not apply to the gradients of " + e->name +
+                           ": the backward's operand model is of the chunked form, and its backward is sequential "
+                           "(use baseline=emulation)");
+        continue;
+      }
       if (impl->formulation() != Formulation::chunked || impl->chunk_size() != 64 || space.intermediate_states)
         throw UsageError("--budget " + options.budget->describe() + " does not apply to " + e->name +
                          ": baseline=operands_single needs a chunked formulation at C = 64 without --intermediate");

@@ -8,11 +8,12 @@
 //
 // CASES defaults to 250, SEED to the suite's default base seed (20261202; the GPU runs of the
 // chunked backward used 20261202..05). Prints per model the failures, the worst margin and the
-// median of its largest relative-to-terms error over the fp32 model's, and the first failures.
+// ratio of its errors to the fp32 model's per input dtype, and the first failures.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,17 +34,24 @@ int main(int argc, char** argv) {
   fuzz::CaseSpace space = fuzz::backward_space(fuzz::CaseSpace::recurrent_prefill());
   space.max_K = 128;
   space.long_chunks = 5;
+  // "operands": the operand model of the budget's baseline=operands_single (bf16 or f16 products
+  // by the input dtype, none for fp32: oracle::emulate_backward_operands), the design of fla's and
+  // FlashQLA's backwards; named by its first member.
   struct Model {
     reference::BackwardProducts products;
+    bool operands = false;
     int failures = 0, ran = 0;
     double worst = 0;
-    std::vector<double> ratio;  // largest error over the fp32 model's, per case
+    // Per case, by input dtype (bf16, f16, f32): the largest over the gradient tensors of the
+    // tensor's error over the fp32 model's error of the same tensor (where that is not 0).
+    std::map<DType, std::vector<double>> ratio;
   };
   std::vector<Model> models = {{reference::BackwardProducts::fp32},
                                {reference::BackwardProducts::tf32},
                                {reference::BackwardProducts::tf32x3},
                                {reference::BackwardProducts::bf16x2},
-                               {reference::BackwardProducts::bf16x3}};
+                               {reference::BackwardProducts::bf16x3},
+                               {reference::BackwardProducts::bf16, true}};
   const oracle::BudgetOptions budget{};  // the chunked backward's: the default gradient budget
   std::mt19937_64 rng(seed);
   for (int i = 0; i < cases; ++i) {
@@ -52,32 +60,41 @@ int main(int argc, char** argv) {
     const reference::BackwardInputs cot = fuzz::make_backward_inputs(c.problem, s ^ 0x9e3779b97f4a7c15ull);
     if (!oracle::backward_in_scope(c.problem)) continue;
     oracle::BackwardContext context("case " + std::to_string(i), c.problem, c.inputs(), cot);
-    double fp32_error = 0;
+    std::vector<double> fp32_errors;  // per check of the fp32 model, the first model
     for (Model& m : models) {
+      const reference::BackwardProducts products =
+          m.operands ? oracle::operand_products(c.problem.input_dtype) : m.products;
       Gradients<double> x =
-          reference::chunked_backward_products(c.problem, context.inputs(), cot, 64, m.products).cast<double>();
+          reference::chunked_backward_products(c.problem, context.inputs(), cot, 64, products).cast<double>();
       oracle::round_gradients(c.problem, x);
       const oracle::Verdict v = oracle::evaluate_gradients(std::string("model.backward.") +
-                                                               reference::backward_products_name(m.products),
+                                                               (m.operands ? "operands" : reference::backward_products_name(m.products)),
                                                            Formulation::chunked, 64, context, x, budget);
-      double error = 0;  // the largest rel_terms error over the gradients
-      for (const oracle::Check& check : v.checks) error = std::max(error, check.error);
-      if (m.products == reference::BackwardProducts::fp32) fp32_error = error;
-      if (fp32_error > 0) m.ratio.push_back(error / fp32_error);
+      if (fp32_errors.empty())
+        for (const oracle::Check& check : v.checks) fp32_errors.push_back(check.error);
+      double ratio = 0;
+      for (std::size_t k = 0; k < v.checks.size() && k < fp32_errors.size(); ++k)
+        if (fp32_errors[k] > 0) ratio = std::max(ratio, v.checks[k].error / fp32_errors[k]);
+      if (ratio > 0) m.ratio[c.problem.input_dtype].push_back(ratio);
       ++m.ran;
       m.worst = std::max(m.worst, v.worst_margin());
       if (!v.passed() && ++m.failures <= 2)
-        std::printf("%s fails case %d: %s\n%s\n", reference::backward_products_name(m.products), i,
+        std::printf("%s fails case %d: %s\n%s\n", (m.operands ? "operands" : reference::backward_products_name(m.products)), i,
                     c.problem.describe().c_str(), v.details().c_str());
     }
   }
   std::printf("%d cases of the GPU suite's chunked-backward conformance generator (base seed %llu)\n", cases,
               static_cast<unsigned long long>(base));
+  std::printf("error / fp32's: per case the largest over the gradient tensors of the tensor's error over the fp32 "
+              "model's; median and 90th percentile over the cases of each input dtype\n");
   for (Model& m : models) {
-    std::sort(m.ratio.begin(), m.ratio.end());
-    const double median = m.ratio.empty() ? 0 : m.ratio[m.ratio.size() / 2];
-    std::printf("%-8s %4d of %4d failed, worst margin %8.3f, median error / fp32's %8.2f\n",
-                reference::backward_products_name(m.products), m.failures, m.ran, m.worst, median);
+    std::printf("%-8s %4d of %4d failed, worst margin %8.3f, error / fp32's:",
+                (m.operands ? "operands" : reference::backward_products_name(m.products)), m.failures, m.ran, m.worst);
+    for (auto& [dtype, r] : m.ratio) {
+      std::sort(r.begin(), r.end());
+      std::printf("  %s %.3g / %.3g (%zu)", dtype_name(dtype), r[r.size() / 2], r[(r.size() * 9) / 10], r.size());
+    }
+    std::printf("\n");
   }
   return 0;
 }

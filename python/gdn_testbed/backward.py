@@ -78,11 +78,15 @@ def chunked_backward(problem, inputs: dict, dO, dhT=None, chunk_size: int = 64, 
                                   precision)
 
 
-def emulate_backward(problem, inputs: dict, dO, dhT=None, formulation: str = "chunked", chunk_size: int = 64) -> dict:
-    """oracle::emulate_backward: a straightforward fp32 backward of the formulation, gradients
-    rounded once to their storage dtypes (the calibrated budget's baseline)."""
+def emulate_backward(problem, inputs: dict, dO, dhT=None, formulation: str = "chunked", chunk_size: int = 64,
+                     baseline: str = "emulation") -> dict:
+    """The calibrated budget's baseline for gradients, rounded once to their storage dtypes:
+    baseline "emulation" (oracle::emulate_backward), a straightforward fp32 backward of the
+    formulation; "operands_single" (oracle::emulate_backward_operands, chunked only), the chunked
+    backward with every product's operand rounded once to the input dtype (the design of kernels
+    that store their operands in bf16 / fp16; budget OPERANDS_SINGLE judges against it)."""
     return _core.emulate_backward(problem, as_numpy_inputs(inputs), _backward_dict(dO, dhT), formulation,
-                                  int(chunk_size))
+                                  int(chunk_size), baseline)
 
 
 def normalize_gradients(gradients) -> dict:

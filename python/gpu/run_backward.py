@@ -5,7 +5,11 @@ own function, and transformers' torch_chunk / torch_recurrent functions, each di
 torch.autograd (gdn_testbed.autograd_kernel) and judged by gdn_testbed.check_backward against the
 exact backward (docs/backward.md, docs/budgets.md "Gradients"). Determinism too: each subject's
 backward runs twice on the same inputs (a drawn case and a long fixed one), and the differing
-elements of every gradient are counted.
+elements of every gradient are counted. The chunked subjects are judged a second time on the same
+cases under their design's budget (gdn_testbed.OPERANDS_SINGLE: the backward's operand model,
+every product's operand stored in the input dtype, docs/budgets.md "Gradients"): the fp32 budget
+says how far a kernel is from fp32 accuracy, the design budget whether it computes what its
+design can.
 
     python3 python/gpu/run_backward.py --out DIR --cases N --total-seconds S --commit SHA
 
@@ -90,6 +94,18 @@ def run_subject(name, module, factory, formulation, dtypes, cases, seconds, out)
                   worst_case=summary.worst_case, check_seconds=round(time.monotonic() - start, 1),
                   failures=[{"original": f.original_problem, "shrunk": f.shrunk_problem, "file": f.file,
                              "summary": f.verdict.summary(), "replay": f.replay} for f in summary.failures[:4]])
+    if formulation == "chunked" and time.monotonic() - start < seconds / 2:
+        design_start = time.monotonic()
+        design = gt.check_backward(kernel, space, cases=cases, seed=20261206, budget=gt.OPERANDS_SINGLE,
+                                   out=os.path.join(out, name + ".design"))
+        record["design"] = {"budget": gt.OPERANDS_SINGLE, "cases": design.cases, "passed": design.passed,
+                            "failed": design.failed, "errors": design.errors, "skipped": design.skipped,
+                            "worst_margin": design.worst_margin, "worst_case": design.worst_case,
+                            "check_seconds": round(time.monotonic() - design_start, 1),
+                            "failures": [{"shrunk": f.shrunk_problem, "file": f.file, "summary": f.verdict.summary()}
+                                         for f in design.failures[:4]]}
+    elif formulation == "chunked":
+        record["design"] = {"status": "not run (time cap)"}
     # Determinism: the same inputs twice, bits compared per gradient; a drawn case and a long one.
     det = []
     long_space = space.replace(min_sequences=2, max_sequences=2, length_values=[2048], min_length=1, max_work=1e9,

@@ -894,11 +894,18 @@ PYBIND11_MODULE(_core, m) {
     value_error("precision must be f64, f80 or f32, got '" + precision + "'");
   });
   m.def("emulate_backward", [](const Problem& p, const py::dict& inputs, const py::dict& backward,
-                               const std::string& formulation, int chunk_size) {
+                               const std::string& formulation, int chunk_size, const std::string& baseline) {
     if (chunk_size < 1) value_error("chunk_size must be >= 1, got " + std::to_string(chunk_size));
+    if (baseline != "emulation" && baseline != "operands_single")
+      value_error("baseline must be emulation or operands_single, got '" + baseline + "'");
+    const Formulation f = formulation_of(formulation);
+    if (baseline == "operands_single" && f != Formulation::chunked)
+      value_error("baseline operands_single: the backward's operand model is of the chunked form, got formulation '" +
+                  formulation + "'");
     const Inputs in = inputs_from_py(p, inputs);
-    return gradients_to_py(
-        oracle::emulate_backward(p, in, backward_from_py(p, in, backward), formulation_of(formulation), chunk_size));
+    const BackwardInputs b = backward_from_py(p, in, backward);
+    return gradients_to_py(baseline == "emulation" ? oracle::emulate_backward(p, in, b, f, chunk_size)
+                                                   : oracle::emulate_backward_operands(p, in, b, chunk_size));
   });
   m.def("judge_backward", [](const Problem& p, const py::dict& inputs, const py::dict& backward, const py::dict& actual,
                              const std::string& formulation, int chunk_size, const std::string& budget,

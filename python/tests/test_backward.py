@@ -192,3 +192,32 @@ def test_autograd_kernel(tmp_path):
     result = gt.check_backward(kernel, gt.CaseSpace(max_K=8, max_V=8, max_work=5e3, input_dtypes=["f32"]),
                                cases=20, out=tmp_path)
     result.assert_pass()
+
+
+def operand_design(problem, x, dO, dhT):
+    """A backward of the design that stores every product's operand in the input dtype."""
+    return gt.emulate_backward(problem, x, dO, dhT, formulation="chunked", baseline="operands_single")
+
+
+def test_operand_baseline_judges_a_bf16_operand_design(tmp_path):
+    # docs/budgets.md "Gradients": such a backward misses the fp32 budget by its design and passes
+    # its own (gt.OPERANDS_SINGLE, the operand model as the baseline); a fault in it still fails.
+    space = gt.CaseSpace(max_K=16, max_V=16, max_work=4e4, dtypes=["bf16"], state_cache="off",
+                         intermediate_states="off")
+    kernel = gt.BackwardKernel(operand_design, name="tests.operand_design", formulation="chunked")
+    fp32 = gt.check_backward(kernel, space, cases=40, out=tmp_path / "fp32")
+    assert not fp32.ok
+    own = gt.check_backward(kernel, space, cases=40, out=tmp_path / "own", budget=gt.OPERANDS_SINGLE)
+    own.assert_pass()
+    assert own.passed == 40 and own.worst_margin <= 0.5 + 1e-12
+
+    def worse(problem, x, dO, dhT):
+        g, e = operand_design(problem, x, dO, dhT), gt.sequential_backward(problem, x, dO, dhT)
+        return {k: e[k] + 16 * (g[k] - e[k]) for k in g}
+
+    bad = gt.check_backward(gt.BackwardKernel(worse, name="tests.operand_design_x16", formulation="chunked"), space,
+                            cases=40, out=tmp_path / "bad", budget=gt.OPERANDS_SINGLE)
+    assert not bad.ok
+    problem, inputs, b = case()
+    with pytest.raises(ValueError, match="chunked form"):
+        gt.emulate_backward(problem, inputs, b["dO"], b["dhT"], formulation="sequential", baseline="operands_single")
