@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the device machine runs into one archive that `device run` carries:
 #
-#   bash scripts/pack.sh BUILD_DIR OUT.tar.xz [--testbed-only]
+#   bash scripts/pack.sh BUILD_DIR OUT.tar.xz [--testbed-only | --backward-only]
 #
 # BUILD_DIR is a Release build with CUDA (static cudart: nothing on the device machine needs to
 # match this machine's CUDA runtime). The archive holds the GPU testbed, the benchmarks, the
@@ -12,6 +12,8 @@
 # window that spans them all stores those bytes once. Written atomically. --testbed-only packs
 # the GPU testbed and the CLI alone: a fault-campaign build (-DGDN_KERNEL_FAULTS=ON
 # -DGDN_BENCHMARKS=OFF, scripts/fault_campaign.sh) has nothing else worth carrying.
+# --backward-only packs the GPU testbed and the backward's benchmark (with Google Benchmark):
+# two builds of the backward compared in one call fit beside the peers' site that way.
 set -euo pipefail
 usage() { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 [ $# -eq 2 ] || [ $# -eq 3 ] || usage
@@ -19,8 +21,11 @@ BUILD=$1
 OUT=$2
 FILES="cuda/cuda_gpu_tests cuda/cuda_chunked_accuracy cuda/cuda_recurrent_bench cuda/cuda_decode_bench cuda/cuda_chunked_bench cuda/cuda_backward_bench cli/gdn-testbed"
 if [ $# -eq 3 ]; then
-  [ "$3" = --testbed-only ] || usage
-  FILES="cuda/cuda_gpu_tests cli/gdn-testbed"
+  case "$3" in
+    --testbed-only) FILES="cuda/cuda_gpu_tests cli/gdn-testbed" ;;
+    --backward-only) FILES="cuda/cuda_gpu_tests cuda/cuda_backward_bench" ;;
+    *) usage ;;
+  esac
 fi
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
@@ -28,8 +33,8 @@ for f in $FILES; do
   [ -x "$BUILD/$f" ] || { echo "pack.sh: $BUILD/$f is missing (build it first)" >&2; exit 1; }
   cp "$BUILD/$f" "$STAGE/"
 done
-[ $# -eq 3 ] || cp -L "$BUILD"/cuda/libbenchmark.so.* "$STAGE/"
-strip --strip-debug "$STAGE"/cuda_* "$STAGE"/gdn-testbed
+[ "${3:-}" = --testbed-only ] || cp -L "$BUILD"/cuda/libbenchmark.so.* "$STAGE/"
+strip --strip-debug "$STAGE"/cuda_* $( [ -e "$STAGE/gdn-testbed" ] && echo "$STAGE/gdn-testbed" )
 mkdir -p "$(dirname "$OUT")"
 tar -C "$STAGE" -cf - . | xz -T2 --lzma2=preset=6,dict=192MiB > "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
