@@ -85,8 +85,9 @@ double term_scale(const HostTensor<double>& magnitudes);
 // fixed: the rel_rms threshold of a gradient tensor (fla's, or the options' override).
 double fixed_gradient_threshold(const BudgetOptions& options, OutputTensor tensor);
 
-// Judges `actual` against the exact gradients. baseline: the emulation's gradients (required
-// for calibrated). For bitwise, `exact.value` is the run `actual` must equal bit for bit (its
+// Judges `actual` against the exact gradients. baseline: the gradients of the options' baseline
+// (BackwardContext::baseline: the emulation, or the operand model for a chunked formulation;
+// required for calibrated, whose basis names which). For bitwise, `exact.value` is the run `actual` must equal bit for bit (its
 // magnitudes are unused). ERROR (with the tensor named) when a gradient the problem has is
 // missing or has the wrong shape, or one it has not is given. The inputs are needed for the
 // analytic bound and the metrics' locations.
