@@ -25,16 +25,6 @@ struct ExactProducts {
   }
 };
 
-// Round to nearest, ties away from zero, to TF32's 10 mantissa bits (cvt.rna.tf32.f32).
-float round_tf32(float x) {
-  if (!std::isfinite(x)) return x;
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&x, &u, sizeof u);
-  return x;
-}
-
 float round_bf16(float x) { return static_cast<float>(Eigen::bfloat16(x)); }
 float round_f16(float x) { return static_cast<float>(Eigen::half(x)); }
 

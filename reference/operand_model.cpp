@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "reference/precision.hpp"
@@ -31,6 +32,71 @@ OperandSplits OperandSplits::of(OperandRounding rounding, DType dtype) {
                           rounding != OperandRounding::single_qk;
   return s;
 }
+
+const char* t_merge_name(TMerge merge) {
+  switch (merge) {
+    case TMerge::fp32: return "fp32";
+    case TMerge::once: return "once";
+    case TMerge::split: return "split";
+    case TMerge::tf32: return "tf32";
+  }
+  return "?";
+}
+
+namespace {
+
+// (I + A)^-1 of a strictly lower c x c A by forward substitution in fp32, rows in order, the sum
+// over earlier rows in index order: the kernel's prepass.
+Matrix<float> substitute(const Matrix<float>& A) {
+  const int c = static_cast<int>(A.rows());
+  Matrix<float> T = Matrix<float>::Identity(c, c);
+  for (int i = 0; i < c; ++i)
+    for (int col = 0; col < i; ++col) {
+      float sum = 0.f;
+      for (int q = col; q < i; ++q) sum += A(i, q) * T(q, col);
+      T(i, col) = -sum;
+    }
+  return T;
+}
+
+// The same inverse in 16 x 16 blocks with tensor-core products (TMerge), `round` the input
+// dtype's rounding. A is padded to whole blocks with zeros (its inverse there is the identity).
+Matrix<float> blocked_inverse(const Matrix<float>& A, TMerge merge, const std::function<float(float)>& round) {
+  constexpr int kB = 16;
+  const int c = static_cast<int>(A.rows()), blocks = (c + kB - 1) / kB, n = blocks * kB;
+  Matrix<float> Ap = Matrix<float>::Zero(n, n);
+  Ap.topLeftCorner(c, c) = A;
+  auto operand = [&](const Matrix<float>& x, int part) -> Matrix<float> {
+    // part 0: the operand as the tensor cores take it; part 1: what that left out (split only).
+    if (merge == TMerge::tf32) return part == 0 ? Matrix<float>(x.unaryExpr([](float v) { return round_tf32(v); }))
+                                                : Matrix<float>::Zero(x.rows(), x.cols());
+    const Matrix<float> hi = x.unaryExpr(round);
+    if (part == 0) return hi;
+    if (merge != TMerge::split) return Matrix<float>::Zero(x.rows(), x.cols());
+    return Matrix<float>(x - hi).unaryExpr(round);
+  };
+  auto product = [&](const Matrix<float>& x, const Matrix<float>& y) -> Matrix<float> {
+    const Matrix<float> xh = operand(x, 0), yh = operand(y, 0);
+    Matrix<float> out = xh * yh;
+    if (merge == TMerge::split) {
+      out += xh * operand(y, 1);
+      out += operand(x, 1) * yh;
+    }
+    return out;
+  };
+  Matrix<float> T = Matrix<float>::Zero(n, n);
+  for (int b = 0; b < blocks; ++b) T.block(b * kB, b * kB, kB, kB) = substitute(Ap.block(b * kB, b * kB, kB, kB));
+  for (int d = 1; d < blocks; ++d)
+    for (int I = d; I < blocks; ++I) {
+      const int J = I - d;
+      Matrix<float> M = Matrix<float>::Zero(kB, kB);
+      for (int Kb = J; Kb < I; ++Kb) M += product(Ap.block(I * kB, Kb * kB, kB, kB), T.block(Kb * kB, J * kB, kB, kB));
+      T.block(I * kB, J * kB, kB, kB) = -product(T.block(I * kB, I * kB, kB, kB), M);
+    }
+  return T.topLeftCorner(c, c);
+}
+
+}  // namespace
 
 Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, OperandRounding rounding) {
   return emulate_operands(problem, inputs, OperandSplits::of(rounding, problem.input_dtype));
@@ -158,14 +224,11 @@ Outputs<double> emulate_operands(const Problem& problem, const Inputs& inputs, c
         }
         const Matrix<float> P_lo = residue(splits.p, P, round_once(P));
         P = round_once(P);
-        // T = (I + A)^-1 in fp32 (forward substitution), then hi (+ lo).
-        Matrix<float> T = Matrix<float>::Identity(c, c);
-        for (int i = 0; i < c; ++i)
-          for (int col = 0; col < i; ++col) {
-            float sum = 0.f;
-            for (int q = col; q < i; ++q) sum += A(i, q) * T(q, col);
-            T(i, col) = -sum;
-          }
+        // T = (I + A)^-1 (splits.t_merge says how), then hi (+ lo).
+        const Matrix<float> T =
+            tensor && splits.t_merge != TMerge::fp32
+                ? blocked_inverse(A, splits.t_merge, [&](float v) { return static_cast<float>(round_to(dtype, v)); })
+                : substitute(A);
         const Matrix<float> T_hi = round_once(T), T_lo = residue(splits.t, T, T_hi);
 
         // X = diag(beta) (V - diag(e_start r_k) K S0), S0 hi (+ lo); Vnew = T X.

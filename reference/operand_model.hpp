@@ -45,6 +45,16 @@ namespace gdn::reference {
 // (python/tests/test_peer_findings.py).
 enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk, split_all };
 
+// How T = (I + A)^-1 is formed (bf16 / fp16 inputs). fp32: forward substitution in fp32, as the
+// kernel's prepass does on the CUDA cores. The others model a kernel that inverts on the tensor
+// cores: the 16 x 16 diagonal blocks by fp32 forward substitution, then the off-diagonal blocks by
+// distance from the diagonal, T_IJ = -T_II (sum_{K = J}^{I - 1} A_IK T_KJ), every product's two
+// operands rounded as named, accumulated in fp32: once (to the input dtype), split (hi + lo in
+// the input dtype, three products), tf32 (TF32 once, cvt.rna). The issue 32 question: can a fused
+// forward move T off the CUDA cores and keep the budgets (experimental/chunked_model_study).
+enum class TMerge { fp32, once, split, tf32 };
+const char* t_merge_name(TMerge merge);
+
 // Which computed operands go in as hi + lo (bf16 / fp16 inputs; the rest are rounded once).
 struct OperandSplits {
   bool s0_in_ks = true;   // S0 in X = K S0 (the state's chain)
@@ -66,6 +76,8 @@ struct OperandSplits {
   // split_state_pv, s0_once, split_all); single and single_qk model other kernels and keep the
   // flush.
   bool scaled_state_update = false;
+  // Not a split of an operand: how T is formed (TMerge above); fp32 in every preset.
+  TMerge t_merge = TMerge::fp32;
   // The presets: split (vnew_in_pv for fp16 only), every operand once, split with S0 hi only
   // in Q S0, that with Vnew split in P Vnew (the kernel's design), s0_once, and single_qk
   // (every operand once, q and k normalised and stored).

@@ -3,6 +3,10 @@
 // nearest even). Everything that emulates a kernel's storage goes through these two functions.
 #include <Eigen/Core>
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
 #include "core/dtype.hpp"
 #include "core/host_tensor.hpp"
 #include "core/problem.hpp"
@@ -20,6 +24,17 @@ inline double round_to(DType dtype, double x) {
     case DType::bf16: return static_cast<double>(static_cast<float>(Eigen::bfloat16(static_cast<float>(x))));
     case DType::f16: return static_cast<double>(static_cast<float>(Eigen::half(static_cast<float>(x))));
   }
+  return x;
+}
+
+// Round to TF32 (10 mantissa bits) to nearest, ties away from zero, as the tensor cores' operand
+// conversion cvt.rna.tf32.f32 does; infinities and NaN unchanged.
+inline float round_tf32(float x) {
+  if (!std::isfinite(x)) return x;
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, sizeof u);
   return x;
 }
 
