@@ -93,17 +93,12 @@ oracle::Verdict judge_file_gradients(const oracle::CaseFile& c, const std::strin
     throw std::invalid_argument("judge_file_gradients: the case holds no gradients and cotangents");
   // An operand baseline applies to a chunked formulation's gradients; evaluate_gradients judges a
   // sequential one on the emulation and says so in the verdict (oracle::gradient_budget).
-  const oracle::BudgetOptions& b = budget;
   // The one parser of the gdn.* judge keys, as for the outputs (a malformed value throws).
   const oracle::JudgeSettings settings = oracle::judge_settings(c.metadata, c.problem, case_name);
   oracle::BackwardContext context(case_name, c.problem, c.inputs, *c.backward);
-  const oracle::Verdict v =
-      b.model == oracle::BudgetModel::bitwise
-          ? oracle::evaluate_gradients(implementation, settings.formulation, settings.chunk_size, context,
-                                       *c.gradients, b, &context.exact().value)
-          : oracle::evaluate_gradients(implementation, settings.formulation, settings.chunk_size, context,
-                                       *c.gradients, b);
-  return v;
+  const Gradients<double>* first = budget.model == oracle::BudgetModel::bitwise ? &context.exact().value : nullptr;
+  return oracle::evaluate_gradients(implementation, settings.formulation, settings.chunk_size, context, *c.gradients,
+                                    budget, first);
 }
 
 oracle::Verdict combine_verdicts(oracle::Verdict f, const oracle::Verdict& b) {
