@@ -36,6 +36,7 @@
 #include <string>
 
 #include "cuda/backward/backward_params.hpp"
+#include "cuda/backward/tf32x3.cuh"
 #include "cuda/common/element.cuh"
 #include "cuda/recurrent/recurrent_params.hpp"
 
@@ -50,7 +51,11 @@ constexpr int NS = kChunkedBackwardScalars;
 constexpr int KP = KM + 1;  // pitches that keep column walks free of bank conflicts
 constexpr int CP = C + 1;
 constexpr int VS = 32;      // V columns per slab of chunk_gradients
-constexpr int VSP = VS + 1;
+// chunk_gradients' pitches: multiples of 4 floats, as the tensor cores' tile loads need, and 4
+// banks apart from row to row, so a tile's 8 rows x 4 columns of a load meet 32 distinct banks.
+constexpr int KQ = KM + 4;
+constexpr int CQ = C + 4;
+constexpr int VQ = VS + 4;
 constexpr int kWarps = NT / 32;
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -62,6 +67,7 @@ constexpr int RS = C / kWarps;
 constexpr int RK = KM / kWarps;
 __device__ __forceinline__ int kWarpRows(int warp, int r) { return RS * warp + r; }
 __device__ __forceinline__ int round4(int n) { return (n + 3) & ~3; }
+__device__ __forceinline__ int round8(int n) { return (n + 7) & ~7; }
 // Row `row` of a [rows][pitch] shared array, columns x .. x + 3 (pitch and x multiples of 4).
 __device__ __forceinline__ float4 row4(const float* a, int pitch, int row, int x) {
   return *reinterpret_cast<const float4*>(a + row * pitch + x);
@@ -116,8 +122,8 @@ __global__ void chunk_table(BackwardParams p) {
   p.sequence_chunk[p.N] = ck;
 }
 
-// Loads the chunk's Q = scale q^ and K = k^ rows (zeros past c and past K) at pitch KP.
-template <typename In>
+// Loads the chunk's Q = scale q^ and K = k^ rows (zeros past c and past K) at pitch Pitch.
+template <typename In, int Pitch>
 __device__ __forceinline__ void load_qk(const BackwardParams& p, std::int64_t t0, int c, int h, float* Qs,
                                         float* Ks) {
   const In* q = static_cast<const In*>(p.q);
@@ -130,8 +136,8 @@ __device__ __forceinline__ void load_qk(const BackwardParams& p, std::int64_t t0
       qv = to_float(q[th * p.K + x]) * p.inv_norm_q[th] * p.scale;
       kv = to_float(k[th * p.K + x]) * p.inv_norm_k[th];
     }
-    Qs[i * KP + x] = qv;
-    Ks[i * KP + x] = kv;
+    Qs[i * Pitch + x] = qv;
+    Ks[i * Pitch + x] = kv;
   }
 }
 
@@ -154,7 +160,7 @@ __global__ void __launch_bounds__(NT) chunk_prepare(BackwardParams p) {
   const std::int64_t t0 = p.chunk_begin[ck];
   const int c = p.chunk_length[ck];
   const std::int64_t at = slot(p, ck, j);
-  load_qk<In>(p, t0, c, j / p.group, Qs, Ks);
+  load_qk<In, KP>(p, t0, c, j / p.group, Qs, Ks);
   if (threadIdx.x == 0) {
     // The cumulative log decay in token order, restarting at a token whose exp(g) is 0 in fp32
     // (reference/chunked.cpp: no -inf - (-inf), no differences of huge sums).
@@ -472,35 +478,45 @@ __device__ __forceinline__ float block_total(float x, float* red) {
   return s;
 }
 
+// chunk_gradients: per (chunk, value head), every other adjoint of the chunk (the reference's loop
+// body). Its 12 matrix products run on the tensor cores in 3xTF32 (tf32x3.cuh), each warp owning
+// fixed 16 x 16 output tiles: a C x K product's tiles (row tile warp % 4, column tiles
+// 4 (warp / 4) .. + 3), a C x C product's (row tile warp % 4, column tiles 2 (warp / 4) .. + 1).
+// Products read their operands from shared memory (T from the workspace) and hand results over
+// through shared memory; the elementwise steps between them (decays, masks, row dots) stay on the
+// CUDA cores. Sums run in one fixed order: the tensor cores' k steps in order, slabs of V in
+// order, in-thread loops over an index, fixed warp butterflies.
 template <typename In>
 __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
-  extern __shared__ float shared[];
-  float* Qs = shared;              // [C][KP]
-  float* Ks = Qs + C * KP;         // [C][KP]
-  float* Ts = Ks + C * KP;         // [C][CP]: T
-  float* QKs = Ts + C * CP;        // [C][CP]: Q K^T, later dE
-  float* Gks = QKs + C * CP;       // [C][CP]: K K^T, later dGk
-  float* sc = Gks + C * CP;        // [NS][C]
+  namespace tc = tf32x3;
+  extern __shared__ __align__(128) float shared[];
+  float* Qs = shared;              // [C][KQ]
+  float* Ks = Qs + C * KQ;         // [C][KQ]
+  float* QKs = Ks + C * KQ;        // [C][CQ]: Q K^T, later dE
+  float* Gks = QKs + C * CQ;       // [C][CQ]: K K^T, later dGk
+  float* sc = Gks + C * CQ;        // [NS][C]
   float* gamma = sc, *a = sc + C, *b = sc + 2 * C, *segment = sc + 3 * C, *beta = sc + 4 * C;
   float* da = sc + NS * C;         // [C]
   float* db = da + C;              // [C]
   float* dbeta = db + C;           // [C]
-  float* red = dbeta + C;          // [kWarps]
+  float* red = dbeta + C;          // [32]
   float* work = red + 32;
   // The slab phase's buffers ...
-  float* S0s = work;               // [KM][VSP]
-  float* dSs = S0s + KM * VSP;     // [KM][VSP]
-  float* dOs = dSs + KM * VSP;     // [C][VSP]
-  float* Vns = dOs + C * VSP;      // [C][VSP]
-  float* dVns = Vns + C * VSP;     // [C][VSP]
-  float* Us = dVns + C * VSP;      // [C][VSP]
-  float* Vs = Us + C * VSP;        // [C][VSP]
-  float* dYs = Vs + C * VSP;       // [C][VSP]
+  float* S0s = work;               // [KM][VQ]
+  float* dSs = S0s + KM * VQ;      // [KM][VQ]
+  float* dOs = dSs + KM * VQ;      // [C][VQ]
+  float* Vns = dOs + C * VQ;       // [C][VQ]
+  float* dVns = Vns + C * VQ;      // [C][VQ]
+  float* Us = dVns + C * VQ;       // [C][VQ]
+  float* Vs = Us + C * VQ;         // [C][VQ]
+  float* dYs = Vs + C * VQ;        // [C][VQ]
   // ... and, over them, the closing phase's.
-  float* dWs = work;               // [C][KP]: dW, later dX
-  float* Ws = dWs + C * KP;        // [C][KP]
-  float* dPs = Ws + C * KP;        // [C][CP]: dP, later dQK
-  float* dAs = dPs + C * CP;       // [C][CP]
+  float* G1s = work;               // [C][KQ]: dO S0^T, then dq's share; later W; later dA [C][CQ]
+  float* G2s = G1s + C * KQ;       // [C][KQ]: Vnew dS^T, then dk's share
+  float* dWs = G2s + C * KQ;       // [C][KQ]: dW, later dX
+  float* dPs = dWs + C * KQ;       // [C][CQ]: dP, later dQK, later dGk + dGk^T
+  float* Ws = G1s;
+  float* dAs = G1s;
 
   const In* v_in = static_cast<const In*>(p.v);
   const In* dO_in = static_cast<const In*>(p.dO);
@@ -509,56 +525,52 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
   const std::int64_t t0 = p.chunk_begin[ck];
   const int c = p.chunk_length[ck];
   const std::int64_t at = slot(p, ck, j);
+  const float* Tg = p.chunk_T + at * C * C;  // T, row-major [C][C]; T^T is its column-major view
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  constexpr int R = C / kWarps;   // rows per thread: i = warp + 8 r
-  constexpr int M = KM / 32;      // K columns per thread: x = lane + 32 m
-  constexpr int L = C / 32;       // C columns per thread: l = lane + 32 m
+  constexpr int R = C / kWarps;   // rows per thread in the row steps: i = warp + 8 r
+  constexpr int M = KM / 32;      // K columns per thread there: x = lane + 32 m
+  const int r0 = 16 * (warp & 3);           // the warp's row tile
+  const int xc0 = 64 * (warp >> 2);         // its C x K column tiles: xc0 .. xc0 + 63
+  const int lc0 = 32 * (warp >> 2);         // its C x C column tiles: lc0 .. lc0 + 31
+  const int k8 = round8(p.K), c8 = round8(c);
 
-  load_qk<In>(p, t0, c, j / p.group, Qs, Ks);
+  load_qk<In, KQ>(p, t0, c, j / p.group, Qs, Ks);
   for (int e = threadIdx.x; e < NS * C; e += NT) sc[e] = p.chunk_scalars[at * NS * C + e];
-  for (int e = threadIdx.x; e < C * C; e += NT) Ts[(e / C) * CP + e % C] = p.chunk_T[at * C * C + e];
   if (threadIdx.x < C) da[threadIdx.x] = db[threadIdx.x] = dbeta[threadIdx.x] = 0.f;
   __syncthreads();
   {
-    // K K^T and Q K^T: thread (i, l), i = warp + 8 r, l = lane + 32 m; sums over x in order.
-    float gk[R][L] = {}, qk[R][L] = {};
-    for (int x = 0; x < p.K; ++x) {
-      float kl[L];
+    // K K^T and Q K^T (the B operand K^T is Ks' column-major view).
+    tc::Acc gk[2], qk[2];
+    tc::zero(gk);
+    tc::zero(qk);
+    for (int k = 0; k < k8; k += 8) {
+      tc::SplitA<tc::RowMajor> ak, aq;
+      ak.load(tc::at<tc::RowMajor>(Ks, KQ, r0, k), KQ);
+      aq.load(tc::at<tc::RowMajor>(Qs, KQ, r0, k), KQ);
 #pragma unroll
-      for (int m = 0; m < L; ++m) kl[m] = Ks[(lane + 32 * m) * KP + x];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float ki = Ks[(warp + kWarps * r) * KP + x], qi = Qs[(warp + kWarps * r) * KP + x];
-#pragma unroll
-        for (int m = 0; m < L; ++m) {
-          gk[r][m] = fmaf(ki, kl[m], gk[r][m]);
-          qk[r][m] = fmaf(qi, kl[m], qk[r][m]);
-        }
+      for (int n = 0; n < 2; ++n) {
+        tc::SplitB<tc::ColMajor> bk;
+        bk.load(tc::at<tc::ColMajor>(Ks, KQ, k, lc0 + 16 * n), KQ);
+        tc::mma(gk[n], ak, bk);
+        tc::mma(qk[n], aq, bk);
       }
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int m = 0; m < L; ++m) {
-        Gks[(warp + kWarps * r) * CP + lane + 32 * m] = gk[r][m];
-        QKs[(warp + kWarps * r) * CP + lane + 32 * m] = qk[r][m];
-      }
+    tc::store(Gks, CQ, r0, lc0, gk);
+    tc::store(QKs, CQ, r0, lc0, qk);
   }
 
-  // The slab phase: every product that sums over V.
-  float G1[R][M], G2[R][M], dWn[R][M], dP[R][L], dA[R][L], dbeta_v[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    dbeta_v[r] = 0.f;
-#pragma unroll
-    for (int m = 0; m < M; ++m) G1[r][m] = G2[r][m] = dWn[r][m] = 0.f;
-#pragma unroll
-    for (int m = 0; m < L; ++m) dP[r][m] = dA[r][m] = 0.f;
-  }
-  float sds = 0.f;  // this thread's share of <dS_end, S0>
+  // The slab phase: every product that sums over V, in slabs of VS columns.
+  tc::Acc G1[4], G2[4], dWn[4], dP[2], dA[2];  // dA holds dY U^T (negated at the end)
+  tc::zero(G1);
+  tc::zero(G2);
+  tc::zero(dWn);
+  tc::zero(dP);
+  tc::zero(dA);
+  float sds = 0.f;          // this thread's share of <dS_end, S0>
+  float dbeta_v = 0.f;      // thread i < C: V_i . dY_i over the slabs
   for (int v0 = 0; v0 < p.V; v0 += VS) {
     const int vs = min(VS, p.V - v0);
-    __syncthreads();
+    __syncthreads();  // the previous slab's readers are done
     for (int e = threadIdx.x; e < KM * VS; e += NT) {
       const int x = e / VS, w = e % VS;
       float s0 = 0.f, ds = 0.f;
@@ -566,8 +578,8 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
         s0 = p.chunk_S0[(at * p.K + x) * p.V + v0 + w];
         ds = p.chunk_dS[(at * p.K + x) * p.V + v0 + w];
       }
-      S0s[x * VSP + w] = s0;
-      dSs[x * VSP + w] = ds;
+      S0s[x * VQ + w] = s0;
+      dSs[x * VQ + w] = ds;
       sds = fmaf(s0, ds, sds);
     }
     for (int e = threadIdx.x; e < C * VS; e += NT) {
@@ -584,161 +596,127 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
           vv = to_float(v_in[tv]);
         }
       }
-      dOs[i * VSP + w] = o;
-      Vns[i * VSP + w] = vn;
-      dVns[i * VSP + w] = dvn;
-      Us[i * VSP + w] = u;
-      Vs[i * VSP + w] = vv;
+      dOs[i * VQ + w] = o;
+      Vns[i * VQ + w] = vn;
+      dVns[i * VQ + w] = dvn;
+      Us[i * VQ + w] = u;
+      Vs[i * VQ + w] = vv;
     }
     __syncthreads();
-    // dY = T^T dU (dU = dVnew): thread (i, w = lane); dv = diag(beta) dY, dbeta += V . dY.
-    float yr[R] = {};
-    for (int l = 0; l < c; ++l) {
-      const float d = dVns[l * VSP + lane];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (l >= warp + kWarps * r) yr[r] = fmaf(Ts[l * CP + warp + kWarps * r], d, yr[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int i = warp + kWarps * r;
-      const float y = yr[r];
-      dYs[i * VSP + lane] = y;
-      dbeta_v[r] += warp_sum(Vs[i * VSP + lane] * y);
-      if (i < c && lane < vs) store_as(p.dv, p.input_type, ((t0 + i) * p.HV + j) * p.V + v0 + lane, beta[i] * y);
-    }
-    // The sums over the slab's columns w in order; each lane-distinct element loaded once per w.
-    for (int w = 0; w < vs; ++w) {
-      float s0[M], ds[M], vl[L];
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        s0[m] = S0s[(lane + 32 * m) * VSP + w];
-        ds[m] = dSs[(lane + 32 * m) * VSP + w];
-      }
-#pragma unroll
-      for (int m = 0; m < L; ++m) vl[m] = Vns[(lane + 32 * m) * VSP + w];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = warp + kWarps * r;
-        const float o = dOs[i * VSP + w], vn = Vns[i * VSP + w], dvn = dVns[i * VSP + w];
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          G1[r][m] = fmaf(o, s0[m], G1[r][m]);     // dO S0^T
-          G2[r][m] = fmaf(vn, ds[m], G2[r][m]);    // Vnew dS_end^T
-          dWn[r][m] = fmaf(dvn, s0[m], dWn[r][m]); // dVnew S0^T
-        }
-#pragma unroll
-        for (int m = 0; m < L; ++m) dP[r][m] = fmaf(o, vl[m], dP[r][m]);  // dO Vnew^T
-      }
+    {
+      // dY = T^T dU (dU = dVnew), the warp's tile (r0, 16 (warp / 4)); T is 0 past row c.
+      tc::Acc y[1];
+      tc::zero(y);
+      tc::product<1, tc::ColMajor, tc::RowMajor>(y, Tg, C, dVns, VQ, r0, 16 * (warp >> 2), c8);
+      tc::store(dYs, VQ, r0, 16 * (warp >> 2), y);
     }
     __syncthreads();  // dYs complete
-    for (int w = 0; w < vs; ++w) {
-      float ul[L];
+    // dv = diag(beta) dY; dbeta += V . dY (thread i, the columns in order).
+    for (int e = threadIdx.x; e < C * VS; e += NT) {
+      const int i = e / VS, w = e % VS;
+      if (i < c && w < vs) store_as(p.dv, p.input_type, ((t0 + i) * p.HV + j) * p.V + v0 + w, beta[i] * dYs[i * VQ + w]);
+    }
+    if (threadIdx.x < C) {
+      const int i = threadIdx.x;
+      for (int w = 0; w < vs; ++w) dbeta_v = fmaf(Vs[i * VQ + w], dYs[i * VQ + w], dbeta_v);
+    }
+    // dO S0^T, Vnew dS^T, dVnew S0^T (C x K); dO Vnew^T, dY U^T (C x C). The B operands are the
+    // column-major views of S0s, dSs, Vns, Us.
+    for (int k = 0; k < VS; k += 8) {
+      tc::SplitA<tc::RowMajor> ao, avn, advn, ay;
+      ao.load(tc::at<tc::RowMajor>(dOs, VQ, r0, k), VQ);
+      avn.load(tc::at<tc::RowMajor>(Vns, VQ, r0, k), VQ);
+      advn.load(tc::at<tc::RowMajor>(dVns, VQ, r0, k), VQ);
+      ay.load(tc::at<tc::RowMajor>(dYs, VQ, r0, k), VQ);
 #pragma unroll
-      for (int m = 0; m < L; ++m) ul[m] = Us[(lane + 32 * m) * VSP + w];
+      for (int n = 0; n < 4; ++n) {
+        tc::SplitB<tc::ColMajor> bs, bd;
+        bs.load(tc::at<tc::ColMajor>(S0s, VQ, k, xc0 + 16 * n), VQ);
+        bd.load(tc::at<tc::ColMajor>(dSs, VQ, k, xc0 + 16 * n), VQ);
+        tc::mma(G1[n], ao, bs);
+        tc::mma(dWn[n], advn, bs);
+        tc::mma(G2[n], avn, bd);
+      }
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float y = dYs[(warp + kWarps * r) * VSP + w];
-#pragma unroll
-        for (int m = 0; m < L; ++m) dA[r][m] = fmaf(-y, ul[m], dA[r][m]);  // -dY U^T
+      for (int n = 0; n < 2; ++n) {
+        tc::SplitB<tc::ColMajor> bv, bu;
+        bv.load(tc::at<tc::ColMajor>(Vns, VQ, k, lc0 + 16 * n), VQ);
+        bu.load(tc::at<tc::ColMajor>(Us, VQ, k, lc0 + 16 * n), VQ);
+        tc::mma(dP[n], ao, bv);
+        tc::mma(dA[n], ay, bu);
       }
     }
   }
-  const float dS_dot_S0 = block_total(sds, red);
+  const float dS_dot_S0 = block_total(sds, red);  // its barriers also end the slab phase
+  tc::negate(dWn);  // dW = -dVnew S0^T
+  tc::store(G1s, KQ, r0, xc0, G1);
+  tc::store(G2s, KQ, r0, xc0, G2);
+  tc::store(dWs, KQ, r0, xc0, dWn);
+  tc::store(dPs, CQ, r0, lc0, dP);
+  __syncthreads();
 
-  // da_i += Q_i . (dO S0^T)_i, db_i = K_i . (Vnew dS^T)_i, dbeta_i += V_i . dY_i.
+  // da_i = Q_i . (dO S0^T)_i (+ <dS_end, S0> for the last token), db_i = K_i . (Vnew dS^T)_i,
+  // dbeta_i = V_i . dY_i so far.
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = warp + kWarps * r;
     float sa = 0.f, sb = 0.f;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      sa = fmaf(Qs[i * KP + lane + 32 * m], G1[r][m], sa);
-      sb = fmaf(Ks[i * KP + lane + 32 * m], G2[r][m], sb);
+      sa = fmaf(Qs[i * KQ + lane + 32 * m], G1s[i * KQ + lane + 32 * m], sa);
+      sb = fmaf(Ks[i * KQ + lane + 32 * m], G2s[i * KQ + lane + 32 * m], sb);
     }
     sa = warp_sum(sa);
     sb = warp_sum(sb);
     if (lane == 0) {
       da[i] = (i == c - 1) ? sa + dS_dot_S0 : sa;
       db[i] = sb;
-      dbeta[i] = dbeta_v[r];
     }
   }
-  // The closing phase's buffers replace the slab's.
+  if (threadIdx.x < C) dbeta[threadIdx.x] = dbeta_v;
   __syncthreads();
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = warp + kWarps * r;
-#pragma unroll
-    for (int m = 0; m < M; ++m) dWs[i * KP + lane + 32 * m] = -dWn[r][m];
-#pragma unroll
-    for (int m = 0; m < L; ++m) {
-      dPs[i * CP + lane + 32 * m] = dP[r][m];
-      dAs[i * CP + lane + 32 * m] = dA[r][m];
-    }
-  }
+  // G1 *= a, G2 *= b per row (they become dq's and dk's shares); dQK = dP . E and dE = dP . QK on
+  // the lower triangle (in place: dPs, QKs).
   for (int e = threadIdx.x; e < C * KM; e += NT) {
     const int i = e / KM, x = e % KM;
-    Ws[i * KP + x] = x < p.K ? p.chunk_W[(at * C + i) * p.K + x] : 0.f;
+    G1s[i * KQ + x] *= a[i];
+    G2s[i * KQ + x] *= b[i];
   }
-  __syncthreads();
-  // dQK = dP . E and dE = dP . QK on the lower triangle (in place: dPs, QKs).
   for (int e = threadIdx.x; e < C * C; e += NT) {
     const int i = e / C, l = e % C;
     float dqk = 0.f, dE = 0.f;
     if (i < c && l <= i) {
       const float E = decay_between(gamma, segment, i, l);
-      dqk = dPs[i * CP + l] * E;
-      dE = dPs[i * CP + l] * QKs[i * CP + l];
+      dqk = dPs[i * CQ + l] * E;
+      dE = dPs[i * CQ + l] * QKs[i * CQ + l];
     }
-    dPs[i * CP + l] = dqk;
-    QKs[i * CP + l] = dE;
+    dPs[i * CQ + l] = dqk;
+    QKs[i * CQ + l] = dE;
   }
-  // dX = T^T dW into registers (G1, G2 become dQ, dK: the a and b factors applied); the sums
-  // over l >= i in order.
-  float dX[R][M] = {};
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = warp + kWarps * r;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      G1[r][m] *= a[i];
-      G2[r][m] *= b[i];
-    }
+  __syncthreads();
+  {
+    // dX = T^T dW, into dWs once every warp has read dW.
+    tc::Acc dX[4];
+    tc::zero(dX);
+    tc::product<4, tc::ColMajor, tc::RowMajor>(dX, Tg, C, dWs, KQ, r0, xc0, c8);
+    // dq's share += dQK K; dk's share += dQK^T Q (dQK^T: dPs' column-major view).
+    tc::Acc g[4];
+    tc::load(g, G1s, KQ, r0, xc0);
+    tc::product<4, tc::RowMajor, tc::RowMajor>(g, dPs, CQ, Ks, KQ, r0, xc0, c8);
+    tc::store(G1s, KQ, r0, xc0, g);
+    tc::load(g, G2s, KQ, r0, xc0);
+    tc::product<4, tc::ColMajor, tc::RowMajor>(g, dPs, CQ, Qs, KQ, r0, xc0, c8);
+    tc::store(G2s, KQ, r0, xc0, g);
+    __syncthreads();  // every read of dW done
+    tc::store(dWs, KQ, r0, xc0, dX);
   }
-  for (int l = 0; l < c; ++l) {
-    float dw[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) dw[m] = dWs[l * KP + lane + 32 * m];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (l < warp + kWarps * r) continue;
-      const float t = Ts[l * CP + warp + kWarps * r];
-#pragma unroll
-      for (int m = 0; m < M; ++m) dX[r][m] = fmaf(t, dw[m], dX[r][m]);
-    }
+  __syncthreads();
+  // dq's share is complete.
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    if (i < c && x < p.K) p.part_dq[((t0 + i) * p.HV + j) * p.K + x] = G1s[i * KQ + x];
   }
-  __syncthreads();  // dQK, dE in place; every read of dW done
-  // dQK K (l <= i) and dQK^T Q (l >= i), per column block m, the sums over l in order.
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = lane + 32 * m;
-    float sq[R] = {}, sk[R] = {};
-    for (int l = 0; l < c; ++l) {
-      const float kl = Ks[l * KP + x], ql = Qs[l * KP + x];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = warp + kWarps * r;
-        if (l <= i) sq[r] = fmaf(dPs[i * CP + l], kl, sq[r]);
-        if (l >= i) sk[r] = fmaf(dPs[l * CP + i], ql, sk[r]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      G1[r][m] += sq[r];
-      G2[r][m] += sk[r];
-    }
-  }
+  // kx_i = K_i . dX_i: dbeta_i += a_i kx_i, da_i += beta_i kx_i; dk's share += beta_i a_i dX_i.
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int i = warp + kWarps * r;
@@ -746,9 +724,9 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const int x = lane + 32 * m;
-      kx = fmaf(Ks[i * KP + x], dX[r][m], kx);
-      G2[r][m] = fmaf(beta[i] * a[i], dX[r][m], G2[r][m]);
-      dWs[i * KP + x] = dX[r][m];
+      const float dx = dWs[i * KQ + x];
+      kx = fmaf(Ks[i * KQ + x], dx, kx);
+      G2s[i * KQ + x] = fmaf(beta[i] * a[i], dx, G2s[i * KQ + x]);
     }
     kx = warp_sum(kx);
     if (lane == 0) {
@@ -756,81 +734,59 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
       da[i] = fmaf(beta[i], kx, da[i]);
     }
   }
-  __syncthreads();  // dX in dWs
-  // dA -= dX W^T, kept strictly lower within the chunk.
-  for (int x = 0; x < p.K; ++x) {
-    float wl[L];
-#pragma unroll
-    for (int m = 0; m < L; ++m) wl[m] = Ws[(lane + 32 * m) * KP + x];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float d = -dWs[(warp + kWarps * r) * KP + x];
-#pragma unroll
-      for (int m = 0; m < L; ++m) dA[r][m] = fmaf(d, wl[m], dA[r][m]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = warp + kWarps * r;
-#pragma unroll
-    for (int m = 0; m < L; ++m) {
-      const int l = lane + 32 * m;
-      dAs[i * CP + l] = (i < c && l < i) ? dA[r][m] : 0.f;
-    }
+  __syncthreads();  // dq's share stored: W replaces it
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    Ws[i * KQ + x] = x < p.K ? p.chunk_W[(at * C + i) * p.K + x] : 0.f;
   }
   __syncthreads();
-  // A_il = beta_i E_il (k_i . k_l): dbeta_i += dA E Gk (per element, summed below), dE += dA beta
-  // Gk, dGk = dA beta E (in place over Gks; dAs keeps the dbeta terms).
+  // dA = -(dY U^T + dX W^T) (W^T: Ws' column-major view), into dAs once every warp has read W.
+  tc::product<2, tc::RowMajor, tc::ColMajor>(dA, dWs, KQ, Ws, KQ, r0, lc0, k8);
+  tc::negate(dA);
+  __syncthreads();
+  tc::store(dAs, CQ, r0, lc0, dA);
+  __syncthreads();
+  // A_il = beta_i E_il (k_i . k_l), strictly lower within the chunk: dbeta_i += dA E Gk (per
+  // element, summed below), dE += dA beta Gk, dGk = dA beta E (in place over Gks; dAs keeps the
+  // dbeta terms).
   for (int e = threadIdx.x; e < C * C; e += NT) {
     const int i = e / C, l = e % C;
     float dGk = 0.f, term = 0.f;
     if (i < c && l < i) {
       const float E = decay_between(gamma, segment, i, l);
-      const float dAv = dAs[i * CP + l], gk = Gks[i * CP + l];
+      const float dAv = dAs[i * CQ + l], gk = Gks[i * CQ + l];
       term = dAv * E * gk;
-      QKs[i * CP + l] = fmaf(dAv * beta[i], gk, QKs[i * CP + l]);
+      QKs[i * CQ + l] = fmaf(dAv * beta[i], gk, QKs[i * CQ + l]);
       dGk = dAv * beta[i] * E;
     }
-    dAs[i * CP + l] = term;
-    Gks[i * CP + l] = dGk;
+    dAs[i * CQ + l] = term;
+    Gks[i * CQ + l] = dGk;
   }
   __syncthreads();
   if (threadIdx.x < C) {
     const int i = threadIdx.x;
     float s = dbeta[i];
-    for (int l = 0; l < i; ++l) s += dAs[i * CP + l];
+    for (int l = 0; l < i; ++l) s += dAs[i * CQ + l];
     dbeta[i] = s;
   }
-  // dK += (dGk + dGk^T) K; then the value head's shares of dq and dk.
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = lane + 32 * m;
-    float sg[R] = {};
-    for (int l = 0; l < c; ++l) {
-      const float kl = Ks[l * KP + x];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int i = warp + kWarps * r;
-        sg[r] = fmaf(Gks[i * CP + l] + Gks[l * CP + i], kl, sg[r]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) G2[r][m] += sg[r];
+  // dGk + dGk^T (into dPs: dQK is no longer needed).
+  for (int e = threadIdx.x; e < C * C; e += NT) {
+    const int i = e / C, l = e % C;
+    dPs[i * CQ + l] = Gks[i * CQ + l] + Gks[l * CQ + i];
   }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = warp + kWarps * r;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const int x = lane + 32 * m;
-      if (i < c && x < p.K) {
-        const std::int64_t part = ((t0 + i) * p.HV + j) * p.K + x;
-        p.part_dq[part] = G1[r][m];
-        p.part_dk[part] = G2[r][m];
-      }
-    }
+  __syncthreads();
+  {
+    // dk's share += (dGk + dGk^T) K.
+    tc::Acc g[4];
+    tc::load(g, G2s, KQ, r0, xc0);
+    tc::product<4, tc::RowMajor, tc::RowMajor>(g, dPs, CQ, Ks, KQ, r0, xc0, c8);
+    tc::store(G2s, KQ, r0, xc0, g);
   }
-  __syncthreads();  // da, db, dbeta, dE complete
+  __syncthreads();  // da, db, dbeta, dE, dk's share complete
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    if (i < c && x < p.K) p.part_dk[((t0 + i) * p.HV + j) * p.K + x] = G2s[i * KQ + x];
+  }
   // dg_l = sum_{i >= l} a_i da_i + sum_{m < l} b_m db_m + sum_{m < l <= i} E_im dE_im, in closed
   // form (reference/backward_chunked.cpp says why not from dgamma); 0 for a reset token.
   if (threadIdx.x < c) {
@@ -839,7 +795,7 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
     for (int i = c - 1; i >= l; --i) s = fmaf(a[i], da[i], s);
     for (int m = 0; m < l; ++m) {
       s = fmaf(b[m], db[m], s);
-      for (int i = c - 1; i >= l; --i) s = fmaf(decay_between(gamma, segment, i, m), QKs[i * CP + m], s);
+      for (int i = c - 1; i >= l; --i) s = fmaf(decay_between(gamma, segment, i, m), QKs[i * CQ + m], s);
     }
     const bool reset = segment[l] == static_cast<float>(l);
     const std::int64_t tj = (t0 + l) * p.HV + j;
@@ -864,10 +820,10 @@ void allow_shared(Kernel kernel, std::size_t bytes, const char* what) {
 constexpr std::size_t kPrepareShared = sizeof(float) * (2 * C * KP + C * CP + NS * C);
 constexpr std::size_t kStatesShared = sizeof(float) * (KM * VT + 2 * C * KM + 2 * C * VT + NS * C);
 constexpr std::size_t kDstatesShared = sizeof(float) * (KM * VT + 3 * C * KM + C * C + 2 * C * VT + NS * C);
-constexpr std::size_t kSlabFloats = 2 * KM * VSP + 6 * C * VSP;
-constexpr std::size_t kClosingFloats = 2 * C * KP + 2 * C * CP;
+constexpr std::size_t kSlabFloats = 2 * KM * VQ + 6 * C * VQ;
+constexpr std::size_t kClosingFloats = 3 * C * KQ + C * CQ;
 constexpr std::size_t kGradientsShared =
-    sizeof(float) * (2 * C * KP + 3 * C * CP + NS * C + 3 * C + 32 +
+    sizeof(float) * (2 * C * KQ + 2 * C * CQ + NS * C + 3 * C + 32 +
                      (kSlabFloats > kClosingFloats ? kSlabFloats : kClosingFloats));
 static_assert(kGradientsShared <= 227 * 1024, "chunk_gradients exceeds Hopper's shared memory per block");
 
