@@ -1,6 +1,8 @@
 // The chunked backward (docs/cuda_backward.md, "The chunked backward"): the adjoint of the WY
 // form of docs/semantics.md §4, stage for stage the algebra of reference/backward_chunked.cpp,
-// in fp32, bitwise deterministic and batch invariant.
+// in fp32, bitwise deterministic and batch invariant. The matrix products of chunk_states,
+// chunk_dstates and chunk_gradients run on the tensor cores in 3xTF32 (tf32x3.cuh: fp32's
+// accuracy); chunk_prepare's products and every elementwise step run on the CUDA cores.
 //
 // Per chunk of C = 64 tokens of one (sequence, value head), with gamma the in-chunk cumulative
 // log decay (restarting at a token whose exp(g) is 0), a_i = e^gamma_i, b_i = e^(gamma_c -
@@ -43,6 +45,8 @@
 namespace gdn::cuda::detail {
 namespace {
 
+namespace tc = tf32x3;
+
 constexpr int C = kChunkedBackwardChunk;
 constexpr int KM = kChunkedBackwardMaxK;
 constexpr int VT = kChunkedBackwardStateColumns;
@@ -61,24 +65,8 @@ constexpr unsigned kFull = 0xffffffffu;
 
 static_assert(NT == 256 && C == 64 && KM == 128 && VT == 32, "the thread mappings below assume these");
 
-// The sweeps' thread mappings: a warp owns RS consecutive rows of a C-row product (i = RS warp +
-// r) or RK consecutive rows of a K-row one (x = RK warp + r), a lane one of the 32 V columns.
-constexpr int RS = C / kWarps;
-constexpr int RK = KM / kWarps;
-__device__ __forceinline__ int kWarpRows(int warp, int r) { return RS * warp + r; }
-__device__ __forceinline__ int round4(int n) { return (n + 3) & ~3; }
+// K (or c) rounded up to the tensor cores' k step of 8 (the operands are 0 past K, past c).
 __device__ __forceinline__ int round8(int n) { return (n + 7) & ~7; }
-// Row `row` of a [rows][pitch] shared array, columns x .. x + 3 (pitch and x multiples of 4).
-__device__ __forceinline__ float4 row4(const float* a, int pitch, int row, int x) {
-  return *reinterpret_cast<const float4*>(a + row * pitch + x);
-}
-// s + a.x s0 + a.y s1 + a.z s2 + a.w s3, one fma at a time in that order.
-__device__ __forceinline__ float dot4(float4 a, float s0, float s1, float s2, float s3, float s) {
-  s = fmaf(a.x, s0, s);
-  s = fmaf(a.y, s1, s);
-  s = fmaf(a.z, s2, s);
-  return fmaf(a.w, s3, s);
-}
 
 __device__ __forceinline__ std::int64_t boundary(const BackwardParams& p, int n) {
   return p.cu_seqlens_64 ? static_cast<const long long*>(p.cu_seqlens)[n]
@@ -278,7 +266,7 @@ __device__ __forceinline__ void load_w_and_scaled_k(const BackwardParams& p, std
 
 template <typename In>
 __global__ void __launch_bounds__(NT) chunk_states(BackwardParams p) {
-  extern __shared__ float shared[];
+  extern __shared__ __align__(128) float shared[];
   float* S = shared;             // [KM][VT]
   float* Ws = S + KM * VT;       // [C][KM]
   float* Kb = Ws + C * KM;       // [C][KM]: diag(b) K
@@ -309,53 +297,40 @@ __global__ void __launch_bounds__(NT) chunk_states(BackwardParams p) {
       if (x < p.K && w < cols) p.chunk_S0[(at * p.K + x) * p.V + c0 + w] = S[e];
     }
     __syncthreads();
-    // Vnew = U - W S0: thread (i, w), i = 8 warp + r; each S element loaded once for 8 rows,
-    // W's rows 4 columns at a time (zeros past K). Every sum runs over x in order.
+    // Vnew = U - W S0, the warp's 16 x 16 tile (rows 16 (warp % 4), columns 16 (warp / 4)) on the
+    // tensor cores in 3xTF32; W and S are 0 past K.
     {
-      float s[RS] = {};
-      for (int x = 0; x < round4(p.K); x += 4) {
-        const float s0 = S[x * VT + lane], s1 = S[(x + 1) * VT + lane], s2 = S[(x + 2) * VT + lane],
-                    s3 = S[(x + 3) * VT + lane];
-#pragma unroll
-        for (int r = 0; r < RS; ++r) s[r] = dot4(row4(Ws, KM, kWarpRows(warp, r), x), s0, s1, s2, s3, s[r]);
-      }
-#pragma unroll
-      for (int r = 0; r < RS; ++r) {
-        const int i = kWarpRows(warp, r);
-        const float vn = Us[i * VT + lane] - s[r];
-        Vn[i * VT + lane] = vn;
-        if (lane < cols) p.chunk_Vnew[(at * C + i) * p.V + c0 + lane] = vn;
-      }
+      tc::Acc ws[1];
+      tc::zero(ws);
+      tc::product<1, tc::RowMajor, tc::RowMajor>(ws, Ws, KM, S, VT, 16 * (warp & 3), 16 * (warp >> 2), round8(p.K));
+      tc::store(Vn, VT, 16 * (warp & 3), 16 * (warp >> 2), ws);
     }
     __syncthreads();
-    // S_end = a_c S0 + K^T diag(b) Vnew: thread (x, w), x = 16 warp + r; the sums over i in order.
+    for (int e = threadIdx.x; e < C * VT; e += NT) {
+      const int i = e / VT, w = e % VT;
+      const float vn = Us[e] - Vn[e];
+      Vn[e] = vn;
+      if (w < cols) p.chunk_Vnew[(at * C + i) * p.V + c0 + w] = vn;
+    }
+    __syncthreads();
+    // S_end = a_c S0 + K^T diag(b) Vnew: rows 16 warp .. + 15 of S, both column tiles, on the
+    // tensor cores (K^T diag(b): Kb's column-major view; Kb and Vnew are 0 past row c). Each warp
+    // scales, then updates, only its own rows of S.
     const float ac = sc[C + c - 1];
+    for (int e = 16 * warp * VT + lane; e < 16 * (warp + 1) * VT; e += 32) S[e] *= ac;
+    __syncwarp();
     {
-      float s[RK] = {};
-      for (int i = 0; i < c; ++i) {
-        const float vn = Vn[i * VT + lane];
-        const float* kb = Kb + i * KM + RK * warp;
-#pragma unroll
-        for (int r = 0; r < RK; r += 4) {
-          const float4 k4 = *reinterpret_cast<const float4*>(kb + r);
-          s[r] = fmaf(k4.x, vn, s[r]);
-          s[r + 1] = fmaf(k4.y, vn, s[r + 1]);
-          s[r + 2] = fmaf(k4.z, vn, s[r + 2]);
-          s[r + 3] = fmaf(k4.w, vn, s[r + 3]);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < RK; ++r) {
-        const int x = RK * warp + r;
-        S[x * VT + lane] = fmaf(ac, S[x * VT + lane], s[r]);
-      }
+      tc::Acc s[2];
+      tc::load(s, S, VT, 16 * warp, 0);
+      tc::product<2, tc::ColMajor, tc::RowMajor>(s, Kb, KM, Vn, VT, 16 * warp, 0, round8(c));
+      tc::store(S, VT, 16 * warp, 0, s);
     }
   }
 }
 
 template <typename In>
 __global__ void __launch_bounds__(NT) chunk_dstates(BackwardParams p) {
-  extern __shared__ float shared[];
+  extern __shared__ __align__(128) float shared[];
   float* dS = shared;            // [KM][VT]
   float* Ws = dS + KM * VT;      // [C][KM]
   float* Kb = Ws + C * KM;       // [C][KM]: diag(b) K
@@ -400,61 +375,40 @@ __global__ void __launch_bounds__(NT) chunk_dstates(BackwardParams p) {
       if (x < p.K && w < cols) p.chunk_dS[(at * p.K + x) * p.V + c0 + w] = dS[e];
     }
     __syncthreads();
-    // dVnew = diag(b) K dS_end + P^T dO: thread (i, w), i = 8 warp + r (sums over x, then over
-    // l >= i, in order).
+    // dVnew = diag(b) K dS_end + P^T dO, the warp's 16 x 16 tile on the tensor cores in 3xTF32
+    // (P^T: Ps' column-major view; P is lower triangular and 0 past row c, as K diag(b) is).
     {
-      float s[RS] = {};
-      for (int x = 0; x < round4(p.K); x += 4) {
-        const float s0 = dS[x * VT + lane], s1 = dS[(x + 1) * VT + lane], s2 = dS[(x + 2) * VT + lane],
-                    s3 = dS[(x + 3) * VT + lane];
-#pragma unroll
-        for (int r = 0; r < RS; ++r) s[r] = dot4(row4(Kb, KM, kWarpRows(warp, r), x), s0, s1, s2, s3, s[r]);
-      }
-      for (int l = 0; l < c; ++l) {
-        const float d = dO[l * VT + lane];
-        const float* pl = Ps + l * C + RS * warp;
-        const float4 p0 = *reinterpret_cast<const float4*>(pl), p1 = *reinterpret_cast<const float4*>(pl + 4);
-        const float pr[RS] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-#pragma unroll
-        for (int r = 0; r < RS; ++r)
-          if (l >= kWarpRows(warp, r)) s[r] = fmaf(pr[r], d, s[r]);
-      }
-#pragma unroll
-      for (int r = 0; r < RS; ++r) {
-        const int i = kWarpRows(warp, r);
-        const float v = i < c ? s[r] : 0.f;
-        dVn[i * VT + lane] = v;
-        if (lane < cols) p.chunk_dVnew[(at * C + i) * p.V + c0 + lane] = v;
-      }
+      tc::Acc dv[1];
+      tc::zero(dv);
+      tc::product<1, tc::RowMajor, tc::RowMajor>(dv, Kb, KM, dS, VT, 16 * (warp & 3), 16 * (warp >> 2), round8(p.K));
+      tc::product<1, tc::ColMajor, tc::RowMajor>(dv, Ps, C, dO, VT, 16 * (warp & 3), 16 * (warp >> 2), round8(c));
+      tc::store(dVn, VT, 16 * (warp & 3), 16 * (warp >> 2), dv);
     }
     __syncthreads();
-    // dS0 = a_c dS_end + Q^T diag(a) dO - W^T dVnew: thread (x, w), x = 16 warp + r.
+    for (int e = threadIdx.x; e < C * VT; e += NT) {
+      const int i = e / VT, w = e % VT;
+      const float v = i < c ? dVn[e] : 0.f;
+      dVn[e] = v;
+      if (w < cols) p.chunk_dVnew[(at * C + i) * p.V + c0 + w] = v;
+    }
+    __syncthreads();
+    // dS0 = a_c dS_end + Q^T diag(a) dO - W^T dVnew: rows 16 warp .. + 15 of dS, both column
+    // tiles (Q^T diag(a), W^T: the column-major views of Qa, Ws). Each warp scales, then
+    // updates, only its own rows of dS.
     const float ac = sc[C + c - 1];
+    for (int e = 16 * warp * VT + lane; e < 16 * (warp + 1) * VT; e += 32) dS[e] *= ac;
+    __syncwarp();
     {
-      float s[RK] = {}, t[RK] = {};
-      for (int i = 0; i < c; ++i) {
-        const float d = dO[i * VT + lane], dv = dVn[i * VT + lane];
-        const float* qa = Qa + i * KM + RK * warp;
-        const float* wi = Ws + i * KM + RK * warp;
+      tc::Acc s[2], t[2];
+      tc::load(s, dS, VT, 16 * warp, 0);
+      tc::product<2, tc::ColMajor, tc::RowMajor>(s, Qa, KM, dO, VT, 16 * warp, 0, round8(c));
+      tc::zero(t);
+      tc::product<2, tc::ColMajor, tc::RowMajor>(t, Ws, KM, dVn, VT, 16 * warp, 0, round8(c));
 #pragma unroll
-        for (int r = 0; r < RK; r += 4) {
-          const float4 q4 = *reinterpret_cast<const float4*>(qa + r);
-          const float4 w4 = *reinterpret_cast<const float4*>(wi + r);
-          s[r] = fmaf(q4.x, d, s[r]);
-          s[r + 1] = fmaf(q4.y, d, s[r + 1]);
-          s[r + 2] = fmaf(q4.z, d, s[r + 2]);
-          s[r + 3] = fmaf(q4.w, d, s[r + 3]);
-          t[r] = fmaf(w4.x, dv, t[r]);
-          t[r + 1] = fmaf(w4.y, dv, t[r + 1]);
-          t[r + 2] = fmaf(w4.z, dv, t[r + 2]);
-          t[r + 3] = fmaf(w4.w, dv, t[r + 3]);
-        }
-      }
+      for (int n = 0; n < 2; ++n)
 #pragma unroll
-      for (int r = 0; r < RK; ++r) {
-        const int x = RK * warp + r;
-        dS[x * VT + lane] = fmaf(ac, dS[x * VT + lane], s[r] - t[r]);
-      }
+        for (int e = 0; e < t[n].num_elements; ++e) s[n].x[e] -= t[n].x[e];
+      tc::store(dS, VT, 16 * warp, 0, s);
     }
   }
   __syncthreads();
@@ -488,7 +442,6 @@ __device__ __forceinline__ float block_total(float x, float* red) {
 // order, in-thread loops over an index, fixed warp butterflies.
 template <typename In>
 __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
-  namespace tc = tf32x3;
   extern __shared__ __align__(128) float shared[];
   float* Qs = shared;              // [C][KQ]
   float* Ks = Qs + C * KQ;         // [C][KQ]
