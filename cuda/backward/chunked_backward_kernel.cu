@@ -148,7 +148,14 @@ __global__ void __launch_bounds__(NT) chunk_prepare(BackwardParams p) {
   const std::int64_t t0 = p.chunk_begin[ck];
   const int c = p.chunk_length[ck];
   const std::int64_t at = slot(p, ck, j);
+  // The chunk's gates, loaded by one thread per token (gamma holds g until the scan).
+  if (threadIdx.x < C) {
+    const int i = threadIdx.x;
+    gamma[i] = i < c ? p.gate_g[(t0 + i) * p.HV + j] : 0.f;
+    beta[i] = i < c ? p.gate_beta[(t0 + i) * p.HV + j] : 0.f;
+  }
   load_qk<In, KP>(p, t0, c, j / p.group, Qs, Ks);
+  __syncthreads();
   if (threadIdx.x == 0) {
     // The cumulative log decay in token order, restarting at a token whose exp(g) is 0 in fp32
     // (reference/chunked.cpp: no -inf - (-inf), no differences of huge sums).
@@ -156,7 +163,7 @@ __global__ void __launch_bounds__(NT) chunk_prepare(BackwardParams p) {
     int seg = -1;
     for (int i = 0; i < C; ++i) {
       if (i < c) {
-        const float g = p.gate_g[(t0 + i) * p.HV + j];
+        const float g = gamma[i];
         if (expf(g) == 0.f) {
           seg = i;
           running = 0.f;
@@ -165,11 +172,8 @@ __global__ void __launch_bounds__(NT) chunk_prepare(BackwardParams p) {
         }
         gamma[i] = running;
         segment[i] = static_cast<float>(seg);
-        beta[i] = p.gate_beta[(t0 + i) * p.HV + j];
       } else {
-        gamma[i] = 0.f;
         segment[i] = -2.f;  // a segment of its own: every decay to or from it is 0
-        beta[i] = 0.f;
       }
     }
   }
@@ -219,21 +223,25 @@ __global__ void __launch_bounds__(NT) chunk_prepare(BackwardParams p) {
   }
   __syncthreads();
   // [T | W | U] = (I + A)^-1 [I | diag(beta a) K | diag(beta) V], one column per thread, by
-  // forward substitution (rows in order, the sum over earlier rows in index order).
+  // forward substitution (rows in order, the sum over earlier rows in index order). The column
+  // lives in registers (both loops unrolled), its right-hand side loaded before the solve.
   const In* v = static_cast<const In*>(p.v);
   const int columns = C + p.K + p.V;
   for (int col = threadIdx.x; col < columns; col += NT) {
     float x[C];
-#pragma unroll 1
+#pragma unroll
     for (int i = 0; i < C; ++i) {
       float r;
       if (i >= c) r = 0.f;
       else if (col < C) r = col == i ? 1.f : 0.f;
       else if (col < C + p.K) r = beta[i] * a[i] * Ks[i * KP + (col - C)];
       else r = beta[i] * to_float(v[((t0 + i) * p.HV + j) * p.V + (col - C - p.K)]);
-      for (int l = 0; l < i; ++l) r = fmaf(-As[i * CP + l], x[l], r);
       x[i] = r;
     }
+#pragma unroll
+    for (int i = 1; i < C; ++i)
+#pragma unroll
+      for (int l = 0; l < i; ++l) x[i] = fmaf(-As[i * CP + l], x[l], x[i]);
     if (col < C) {
       for (int i = 0; i < C; ++i) p.chunk_T[(at * C + i) * C + col] = x[i];
     } else if (col < C + p.K) {
