@@ -1,10 +1,14 @@
 // The chunked backward's tensor-core products (cuda/backward/tf32x3.cuh) on the device: a 64 x 128
 // product of depth 128 in 3xTF32, with B read row-major and through a column-major view, against
-// the same product in double. The claim under test is that the split keeps fp32's accuracy: the
-// RMS error (over the elements, relative to sum |a| |b|) must be at most 4 times that of the
-// plain fp32 product (fmaf in index order, on the host). TF32 rounded once is about 2^-11 per
-// operand, about 100 times the fp32 product's error here, and a lost lo term (a split that does
-// not keep x - hi) shows as exactly that. Operands span 2^-8 .. 2^8, so no term is exact in TF32.
+// the same product in double. The claim under test is that the split keeps the product near
+// fp32's accuracy: the RMS error (over the elements, relative to sum |a| |b|) must be at most 16
+// times that of the plain fp32 product (fmaf in index order, on the host). Calibrated, not
+// derived: on an H100 (call K, reports/results/h100/backward_tensor_cores/) the ratio was 7.7 to
+// 7.9 on every seed and layout, the split's share being below 2^-22 per term and the rest the
+// tensor cores' fp32 accumulation, which does not round to nearest like fmaf. A broken split
+// loses a whole term: TF32 rounded once, or a missing cross term, costs about 2^-11 per product,
+// 1400 and 980 times the fp32 product's error on these operands (a numpy model of both).
+// Operands span 2^-8 .. 2^8, so no term is exact in TF32.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -59,7 +63,7 @@ TEST_CASE("3xTF32 products keep fp32's accuracy", "[gpu][backward][tf32x3]") {
       std::printf("tf32x3 %s seed %u: rms error / sum|ab|: tensor cores %.3g, fp32 %.3g, ratio %.2f\n",
                   column_major ? "B column-major" : "B row-major", seed, e.tc, e.fp32, e.tc / e.fp32);
       INFO("B column-major " << column_major << ", seed " << seed << ": 3xTF32 " << e.tc << ", fp32 " << e.fp32);
-      CHECK(e.tc <= 4 * e.fp32);
+      CHECK(e.tc <= 16 * e.fp32);
       CHECK(e.tc > 0);
     }
   }
