@@ -68,24 +68,6 @@ static_assert(NT == 256 && C == 64 && KM == 128 && VT == 32, "the thread mapping
 // K (or c) rounded up to the tensor cores' k step of 8 (the operands are 0 past K, past c).
 __device__ __forceinline__ int round8(int n) { return (n + 7) & ~7; }
 
-// A block-wide copy of n elements, element e = threadIdx.x + NT k to this thread, in that order:
-// put(e, load(e)). The loads of Batch consecutive elements are issued before their puts, so a
-// thread waits one memory latency per batch, not one per element (with one block of 8 warps per
-// SM nothing else hides it). The same values in the same order per thread as the plain loop.
-template <int Batch, typename Load, typename Put>
-__device__ __forceinline__ void batched(int n, Load load, Put put) {
-  using Value = decltype(load(0));
-  for (int e0 = threadIdx.x; e0 < n; e0 += NT * Batch) {
-    Value r[Batch];
-#pragma unroll
-    for (int b = 0; b < Batch; ++b)
-      if (e0 + NT * b < n) r[b] = load(e0 + NT * b);
-#pragma unroll
-    for (int b = 0; b < Batch; ++b)
-      if (e0 + NT * b < n) put(e0 + NT * b, r[b]);
-  }
-}
-
 __device__ __forceinline__ std::int64_t boundary(const BackwardParams& p, int n) {
   return p.cu_seqlens_64 ? static_cast<const long long*>(p.cu_seqlens)[n]
                          : static_cast<std::int64_t>(static_cast<const int*>(p.cu_seqlens)[n]);
@@ -134,22 +116,17 @@ __device__ __forceinline__ void load_qk(const BackwardParams& p, std::int64_t t0
                                         float* Ks) {
   const In* q = static_cast<const In*>(p.q);
   const In* k = static_cast<const In*>(p.k);
-  batched<8>(
-      C * KM,
-      [&](int e) {
-        const int i = e / KM, x = e % KM;
-        float2 qk = make_float2(0.f, 0.f);
-        if (i < c && x < p.K) {
-          const std::int64_t th = (t0 + i) * p.H + h;
-          qk.x = to_float(q[th * p.K + x]) * p.inv_norm_q[th] * p.scale;
-          qk.y = to_float(k[th * p.K + x]) * p.inv_norm_k[th];
-        }
-        return qk;
-      },
-      [&](int e, float2 qk) {
-        Qs[(e / KM) * Pitch + e % KM] = qk.x;
-        Ks[(e / KM) * Pitch + e % KM] = qk.y;
-      });
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    float qv = 0.f, kv = 0.f;
+    if (i < c && x < p.K) {
+      const std::int64_t th = (t0 + i) * p.H + h;
+      qv = to_float(q[th * p.K + x]) * p.inv_norm_q[th] * p.scale;
+      kv = to_float(k[th * p.K + x]) * p.inv_norm_k[th];
+    }
+    Qs[i * Pitch + x] = qv;
+    Ks[i * Pitch + x] = kv;
+  }
 }
 
 // E_il for l <= i of the staged chunk (1 on the diagonal, 0 across a reset).
@@ -280,24 +257,19 @@ template <typename In>
 __device__ __forceinline__ void load_w_and_scaled_k(const BackwardParams& p, std::int64_t at, std::int64_t t0, int c,
                                                     int h, const float* row_scale, float* Ws, float* Kx) {
   const In* k = static_cast<const In*>(p.k);
-  batched<8>(
-      C * KM,
-      [&](int e) {
-        const int i = e / KM, x = e % KM;
-        float2 wk = make_float2(0.f, 0.f);
-        if (x < p.K) {
-          wk.x = p.chunk_W[(at * C + i) * p.K + x];
-          if (i < c) {
-            const std::int64_t th = (t0 + i) * p.H + h;
-            wk.y = to_float(k[th * p.K + x]) * p.inv_norm_k[th] * row_scale[i];
-          }
-        }
-        return wk;
-      },
-      [&](int e, float2 wk) {
-        Ws[e] = wk.x;
-        Kx[e] = wk.y;
-      });
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    float w = 0.f, kv = 0.f;
+    if (x < p.K) {
+      w = p.chunk_W[(at * C + i) * p.K + x];
+      if (i < c) {
+        const std::int64_t th = (t0 + i) * p.H + h;
+        kv = to_float(k[th * p.K + x]) * p.inv_norm_k[th] * row_scale[i];
+      }
+    }
+    Ws[e] = w;
+    Kx[e] = kv;
+  }
 }
 
 template <typename In>
@@ -321,12 +293,13 @@ __global__ void __launch_bounds__(NT) chunk_states(BackwardParams p) {
     const std::int64_t at = slot(p, ck, j), t0 = p.chunk_begin[ck];
     const int c = p.chunk_length[ck];
     __syncthreads();  // the previous chunk's readers of Ws, Kb, Us, Vn, sc are done
-    batched<2>(NS * C, [&](int e) { return p.chunk_scalars[at * NS * C + e]; }, [&](int e, float v) { sc[e] = v; });
+    for (int e = threadIdx.x; e < NS * C; e += NT) sc[e] = p.chunk_scalars[at * NS * C + e];
     __syncthreads();
     load_w_and_scaled_k<In>(p, at, t0, c, h, sc + 2 * C, Ws, Kb);
-    batched<8>(
-        C * VT, [&](int e) { return e % VT < cols ? p.chunk_U[(at * C + e / VT) * p.V + c0 + e % VT] : 0.f; },
-        [&](int e, float u) { Us[e] = u; });
+    for (int e = threadIdx.x; e < C * VT; e += NT) {
+      const int i = e / VT, w = e % VT;
+      Us[e] = w < cols ? p.chunk_U[(at * C + i) * p.V + c0 + w] : 0.f;
+    }
     for (int e = threadIdx.x; e < KM * VT; e += NT) {
       const int x = e / VT, w = e % VT;
       if (x < p.K && w < cols) p.chunk_S0[(at * p.K + x) * p.V + c0 + w] = S[e];
@@ -388,29 +361,23 @@ __global__ void __launch_bounds__(NT) chunk_dstates(BackwardParams p) {
     const std::int64_t at = slot(p, ck, j), t0 = p.chunk_begin[ck];
     const int c = p.chunk_length[ck];
     __syncthreads();
-    batched<2>(NS * C, [&](int e) { return p.chunk_scalars[at * NS * C + e]; }, [&](int e, float v) { sc[e] = v; });
+    for (int e = threadIdx.x; e < NS * C; e += NT) sc[e] = p.chunk_scalars[at * NS * C + e];
     __syncthreads();
     load_w_and_scaled_k<In>(p, at, t0, c, h, sc + 2 * C, Ws, Kb);
-    batched<8>(
-        C * KM,
-        [&](int e) {
-          const int i = e / KM, x = e % KM;
-          float qv = 0.f;
-          if (i < c && x < p.K) {
-            const std::int64_t th = (t0 + i) * p.H + h;
-            qv = to_float(q[th * p.K + x]) * p.inv_norm_q[th] * p.scale * sc[C + i];
-          }
-          return qv;
-        },
-        [&](int e, float qv) { Qa[e] = qv; });
-    batched<8>(C * C, [&](int e) { return p.chunk_P[at * C * C + e]; }, [&](int e, float v) { Ps[e] = v; });
-    batched<8>(
-        C * VT,
-        [&](int e) {
-          const int i = e / VT, w = e % VT;
-          return (i < c && w < cols) ? to_float(dO_in[((t0 + i) * p.HV + j) * p.V + c0 + w]) : 0.f;
-        },
-        [&](int e, float v) { dO[e] = v; });
+    for (int e = threadIdx.x; e < C * KM; e += NT) {
+      const int i = e / KM, x = e % KM;
+      float qv = 0.f;
+      if (i < c && x < p.K) {
+        const std::int64_t th = (t0 + i) * p.H + h;
+        qv = to_float(q[th * p.K + x]) * p.inv_norm_q[th] * p.scale * sc[C + i];
+      }
+      Qa[e] = qv;
+    }
+    for (int e = threadIdx.x; e < C * C; e += NT) Ps[e] = p.chunk_P[at * C * C + e];
+    for (int e = threadIdx.x; e < C * VT; e += NT) {
+      const int i = e / VT, w = e % VT;
+      dO[e] = (i < c && w < cols) ? to_float(dO_in[((t0 + i) * p.HV + j) * p.V + c0 + w]) : 0.f;
+    }
     for (int e = threadIdx.x; e < KM * VT; e += NT) {
       const int x = e / VT, w = e % VT;
       if (x < p.K && w < cols) p.chunk_dS[(at * p.K + x) * p.V + c0 + w] = dS[e];
@@ -529,7 +496,7 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
   const int k8 = round8(p.K), c8 = round8(c);
 
   load_qk<In, KQ>(p, t0, c, j / p.group, Qs, Ks);
-  batched<2>(NS * C, [&](int e) { return p.chunk_scalars[at * NS * C + e]; }, [&](int e, float v) { sc[e] = v; });
+  for (int e = threadIdx.x; e < NS * C; e += NT) sc[e] = p.chunk_scalars[at * NS * C + e];
   if (threadIdx.x < C) da[threadIdx.x] = db[threadIdx.x] = dbeta[threadIdx.x] = 0.f;
   __syncthreads();
   {
@@ -565,51 +532,37 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
   for (int v0 = 0; v0 < p.V; v0 += VS) {
     const int vs = min(VS, p.V - v0);
     __syncthreads();  // the previous slab's readers are done
-    batched<4>(
-        KM * VS,
-        [&](int e) {
-          const int x = e / VS, w = e % VS;
-          float2 sd = make_float2(0.f, 0.f);
-          if (x < p.K && w < vs) {
-            sd.x = p.chunk_S0[(at * p.K + x) * p.V + v0 + w];
-            sd.y = p.chunk_dS[(at * p.K + x) * p.V + v0 + w];
-          }
-          return sd;
-        },
-        [&](int e, float2 sd) {
-          S0s[(e / VS) * VQ + e % VS] = sd.x;
-          dSs[(e / VS) * VQ + e % VS] = sd.y;
-          sds = fmaf(sd.x, sd.y, sds);
-        });
-    struct SlabRow {
-      float o, vn, dvn, u, vv;
-    };
-    batched<2>(
-        C * VS,
-        [&](int e) {
-          const int i = e / VS, w = e % VS;
-          SlabRow r{0.f, 0.f, 0.f, 0.f, 0.f};
-          if (w < vs) {
-            const std::int64_t row = (at * C + i) * p.V + v0 + w;
-            r.vn = p.chunk_Vnew[row];
-            r.dvn = p.chunk_dVnew[row];
-            r.u = p.chunk_U[row];
-            if (i < c) {
-              const std::int64_t tv = ((t0 + i) * p.HV + j) * p.V + v0 + w;
-              r.o = to_float(dO_in[tv]);
-              r.vv = to_float(v_in[tv]);
-            }
-          }
-          return r;
-        },
-        [&](int e, const SlabRow& r) {
-          const int at_e = (e / VS) * VQ + e % VS;
-          dOs[at_e] = r.o;
-          Vns[at_e] = r.vn;
-          dVns[at_e] = r.dvn;
-          Us[at_e] = r.u;
-          Vs[at_e] = r.vv;
-        });
+    for (int e = threadIdx.x; e < KM * VS; e += NT) {
+      const int x = e / VS, w = e % VS;
+      float s0 = 0.f, ds = 0.f;
+      if (x < p.K && w < vs) {
+        s0 = p.chunk_S0[(at * p.K + x) * p.V + v0 + w];
+        ds = p.chunk_dS[(at * p.K + x) * p.V + v0 + w];
+      }
+      S0s[x * VQ + w] = s0;
+      dSs[x * VQ + w] = ds;
+      sds = fmaf(s0, ds, sds);
+    }
+    for (int e = threadIdx.x; e < C * VS; e += NT) {
+      const int i = e / VS, w = e % VS;
+      float o = 0.f, vn = 0.f, dvn = 0.f, u = 0.f, vv = 0.f;
+      if (w < vs) {
+        const std::int64_t row = (at * C + i) * p.V + v0 + w;
+        vn = p.chunk_Vnew[row];
+        dvn = p.chunk_dVnew[row];
+        u = p.chunk_U[row];
+        if (i < c) {
+          const std::int64_t tv = ((t0 + i) * p.HV + j) * p.V + v0 + w;
+          o = to_float(dO_in[tv]);
+          vv = to_float(v_in[tv]);
+        }
+      }
+      dOs[i * VQ + w] = o;
+      Vns[i * VQ + w] = vn;
+      dVns[i * VQ + w] = dvn;
+      Us[i * VQ + w] = u;
+      Vs[i * VQ + w] = vv;
+    }
     __syncthreads();
     {
       // dY = T^T dU (dU = dVnew), the warp's tile (r0, 16 (warp / 4)); T is 0 past row c.
@@ -743,9 +696,10 @@ __global__ void __launch_bounds__(NT, 1) chunk_gradients(BackwardParams p) {
     }
   }
   __syncthreads();  // dq's share stored: W replaces it
-  batched<8>(
-      C * KM, [&](int e) { return e % KM < p.K ? p.chunk_W[(at * C + e / KM) * p.K + e % KM] : 0.f; },
-      [&](int e, float w) { Ws[(e / KM) * KQ + e % KM] = w; });
+  for (int e = threadIdx.x; e < C * KM; e += NT) {
+    const int i = e / KM, x = e % KM;
+    Ws[i * KQ + x] = x < p.K ? p.chunk_W[(at * C + i) * p.K + x] : 0.f;
+  }
   __syncthreads();
   // dA = -(dY U^T + dX W^T) (W^T: Ws' column-major view), into dAs once every warp has read W.
   tc::product<2, tc::RowMajor, tc::ColMajor>(dA, dWs, KQ, Ws, KQ, r0, lc0, k8);
