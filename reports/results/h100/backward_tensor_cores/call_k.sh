@@ -3,7 +3,7 @@
 # beside the fp32 SIMT kernel it replaces, in one call. Three builds: NEW (chunk_states,
 # chunk_dstates and chunk_gradients on the tensor cores), GRAD (chunk_gradients alone), OLD (SIMT).
 #  1. NEW's 3xTF32 probe test; then side by side: NEW's chunked-backward conformance on 4 x CASES/4
-#     cases (seeds 20261202..05, the seeds of reports/results/h100/backward_chunked/), its bitwise
+#     cases (seeds 20261202..05, those of the SIMT kernel's call F), its bitwise
 #     test on CASES/2, compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on 3 cases;
 #     GRAD's conformance on 2 x CASES/4 (seeds 20261202, 03);
 #  2. alone on the GPU, in turn: NEW's benchmark (six shapes), FlashQLA's backward
