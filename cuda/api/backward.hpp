@@ -56,6 +56,7 @@ struct BackwardTensors {
 //  - sequential: the reverse sweep of §6, token by token (the recurrent prefill's backward);
 //  - chunked: the adjoint of the WY form of §4 in chunks of 64 tokens (the chunked prefill's
 //    backward; oracle baseline: the chunked backward's fp32 emulation, chunk size 64). K <= 128.
+//    Its matrix products run on the tensor cores in 3xTF32: fp32's accuracy, not its bits.
 enum class BackwardAlgorithm { sequential, chunked };
 
 // Bytes of device workspace the backward needs. Sequential: per (token, value head) and V tile
