@@ -3,9 +3,8 @@
 // operand x is split into two TF32 terms, hi = rna(x) and lo = rna(x - hi) (x - hi is exact in
 // fp32), and a product tile accumulates lo.hi + hi.lo + hi.hi in fp32 on the tensor cores (the
 // lo.lo term, below 2^-22 of the product, is dropped). Its error is about fp32's, where TF32
-// rounded once has about 2^-11 of each operand: experimental/backward_products_study measured
-// the chunked backward's gradients at 1.2 to 1.3 times the fp32 model's error with every product
-// in 3xTF32 (0 of 1000 suite cases over the budget), and TF32 rounded once failing 90% of them.
+// rounded once keeps about 2^-11 of each operand, too little for the gradient budget
+// (experimental/backward_products_study; its findings are in docs/cuda_backward.md).
 //
 // Warp-level (nvcuda::wmma, m16n16k8, the tf32 shape): every lane of the warp calls each function
 // together. Operand tiles are 16 x 8 (A) and 8 x 16 (B) at any leading dimension that is a

@@ -3,8 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <stdexcept>
-#include <string>
 
+#include "cuda/api/device_buffer.hpp"
 #include "cuda/backward/tf32x3.cuh"
 
 namespace gdn::cuda::testbed {
@@ -23,35 +23,18 @@ __global__ void probe(const float* A, const float* B, float* C, int depth) {
   tc::store(C, kLd, r0, c0, acc);
 }
 
-void check(cudaError_t code, const char* what) {
-  if (code != cudaSuccess) throw std::runtime_error(std::string("tf32x3 probe: ") + what + ": " + cudaGetErrorString(code));
-}
-
 }  // namespace
 
 std::vector<float> tf32x3_probe_product(const std::vector<float>& A, const std::vector<float>& B, int depth,
                                         bool b_column_major) {
   if (depth % 8 != 0 || depth <= 0 || depth > 128) throw std::invalid_argument("tf32x3 probe: depth");
   if (A.size() != 64u * kLd || B.size() != 128u * kLd) throw std::invalid_argument("tf32x3 probe: sizes");
-  float *a = nullptr, *b = nullptr, *c = nullptr;
-  check(cudaMalloc(&a, A.size() * sizeof(float)), "cudaMalloc");
-  check(cudaMalloc(&b, B.size() * sizeof(float)), "cudaMalloc");
-  check(cudaMalloc(&c, 64 * kLd * sizeof(float)), "cudaMalloc");
-  std::vector<float> out(64 * kLd);
-  try {
-    check(cudaMemcpy(a, A.data(), A.size() * sizeof(float), cudaMemcpyHostToDevice), "copy A");
-    check(cudaMemcpy(b, B.data(), B.size() * sizeof(float), cudaMemcpyHostToDevice), "copy B");
-    check(cudaMemset(c, 0, 64 * kLd * sizeof(float)), "memset C");
-    if (b_column_major) probe<detail::tf32x3::ColMajor><<<1, 256>>>(a, b, c, depth);
-    else probe<detail::tf32x3::RowMajor><<<1, 256>>>(a, b, c, depth);
-    check(cudaGetLastError(), "launch");
-    check(cudaMemcpy(out.data(), c, out.size() * sizeof(float), cudaMemcpyDeviceToHost), "copy C");
-  } catch (...) {
-    cudaFree(a), cudaFree(b), cudaFree(c);
-    throw;
-  }
-  cudaFree(a), cudaFree(b), cudaFree(c);
-  return out;
+  DeviceBuffer<float> a(A), b(B), c(64 * kLd);
+  c.fill_bytes(0);
+  if (b_column_major) probe<detail::tf32x3::ColMajor><<<1, 256>>>(a.data(), b.data(), c.data(), depth);
+  else probe<detail::tf32x3::RowMajor><<<1, 256>>>(a.data(), b.data(), c.data(), depth);
+  check_cuda(cudaGetLastError(), "tf32x3 probe launch");
+  return c.download();
 }
 
 }  // namespace gdn::cuda::testbed

@@ -3,12 +3,12 @@
 // the same product in double. The claim under test is that the split keeps the product near
 // fp32's accuracy: the RMS error (over the elements, relative to sum |a| |b|) must be at most 16
 // times that of the plain fp32 product (fmaf in index order, on the host). Calibrated, not
-// derived: on an H100 (call K, reports/results/h100/backward_tensor_cores/) the ratio was 7.7 to
-// 7.9 on every seed and layout, the split's share being below 2^-22 per term and the rest the
-// tensor cores' fp32 accumulation, which does not round to nearest like fmaf. A broken split
-// loses a whole term: TF32 rounded once, or a missing cross term, costs about 2^-11 per product,
-// 1400 and 980 times the fp32 product's error on these operands (a numpy model of both).
-// Operands span 2^-8 .. 2^8, so no term is exact in TF32.
+// derived: the split's share is below 2^-22 per term, the rest is the tensor cores' fp32
+// accumulation, which does not round to nearest like fmaf; the bound is twice the ratio measured
+// on an H100 (docs/cuda_backward.md, "Tensor cores"). A broken split loses a whole term: TF32
+// rounded once, or a missing cross term, costs about 2^-11 per product, about a thousand times
+// the fp32 product's error on these operands (the same section). Operands span 2^-8 .. 2^8, so
+// no term is exact in TF32.
 #include <catch2/catch.hpp>
 
 #include <cmath>
