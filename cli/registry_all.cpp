@@ -83,6 +83,22 @@ oracle::Registry build() {
     registry.add(std::move(e));
   }
   {
+    // The fused forward forced (ChunkedSchedule::fused; the default takes it where it runs):
+    // bf16 with K > 64 at value tile 128, unsplit; other cases are reported unsupported.
+    oracle::RegistryEntry e;
+    gdn::cuda::ChunkedOptions fused;
+    fused.value_tile = 128;
+    fused.split_chunks = 0;
+    fused.schedule = gdn::cuda::ChunkedSchedule::fused;
+    e.name = gdn::cuda::ChunkedPrefillKernel(fused).name();
+    e.description = "CUDA chunked prefill, fused forward (bf16, K > 64, V tile 128)";
+    e.default_budget = chunked_budget;
+    e.make = [fused] { return std::make_unique<gdn::cuda::ChunkedPrefillKernel>(fused); };
+    e.gpu = true;
+    e.check_reproducibility = true;
+    registry.add(std::move(e));
+  }
+  {
     // ChunkedRounding::single, the named fast mode: every computed tensor-core operand rounded
     // once. Its budget's baseline is that design's emulation (docs/budgets.md; bf16/fp16 only, fp32
     // cases are reported unsupported).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the device machine runs into one archive that `device run` carries:
 #
-#   bash scripts/pack.sh BUILD_DIR OUT.tar.xz [--testbed-only | --backward-only]
+#   bash scripts/pack.sh BUILD_DIR OUT.tar.xz [--testbed-only | --backward-only | --chunked-only]
 #
 # BUILD_DIR is a Release build with CUDA (static cudart: nothing on the device machine needs to
 # match this machine's CUDA runtime). The archive holds the GPU testbed, the benchmarks, the
@@ -14,6 +14,8 @@
 # -DGDN_BENCHMARKS=OFF, scripts/fault_campaign.sh) has nothing else worth carrying.
 # --backward-only packs the GPU testbed and the backward's benchmark (with Google Benchmark):
 # two builds of the backward compared in one call fit beside the peers' site that way.
+# --chunked-only packs the GPU testbed, the chunked prefill's benchmark (with Google Benchmark)
+# and the CLI: the forward's work, beside the peers' site.
 set -euo pipefail
 usage() { sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 [ $# -eq 2 ] || [ $# -eq 3 ] || usage
@@ -24,6 +26,7 @@ if [ $# -eq 3 ]; then
   case "$3" in
     --testbed-only) FILES="cuda/cuda_gpu_tests cli/gdn-testbed" ;;
     --backward-only) FILES="cuda/cuda_gpu_tests cuda/cuda_backward_bench" ;;
+    --chunked-only) FILES="cuda/cuda_gpu_tests cuda/cuda_chunked_bench cli/gdn-testbed" ;;
     *) usage ;;
   esac
 fi

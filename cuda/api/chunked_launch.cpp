@@ -271,6 +271,10 @@ ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int mult
       best.value_tile = chunked_value_tile(p, multiprocessors);
     }
   }
+  // The fused forward is the transposed instance with a producer warpgroup (ChunkedSchedule).
+  const bool fusable = p.input_dtype == DType::bf16 && p.K > 64 && best.value_tile == 128 && best.split_chunks == 0 &&
+                       best.long_value_tile == 0 && !options.debug;
+  best.fused = fusable && options.schedule != ChunkedSchedule::two_pass;
   return best;
 }
 
@@ -331,6 +335,10 @@ void validate_chunked_prefill(const Problem& problem, const DeviceTensors& t, co
       fail("debug", "total_chunks must be " + str(chunked_chunk_offsets(problem, nullptr)) + " for this batch, got " +
                         str(d.total_chunks));
   }
+  if (options.schedule != ChunkedSchedule::automatic && options.schedule != ChunkedSchedule::two_pass &&
+      options.schedule != ChunkedSchedule::fused)
+    fail("schedule", "must be ChunkedSchedule::automatic, two_pass or fused, got " +
+                         str(static_cast<int>(options.schedule)));
   if (options.split_chunks < kChunkedSplitByHeads)
     fail("split_chunks", "must be 0 (off), kChunkedSplitAuto (-1), kChunkedSplitByHeads (-2) or a positive number "
                          "of chunks, got " + str(options.split_chunks));
@@ -460,6 +468,11 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   if (options.workspace && options.split_chunks == kChunkedSplitAuto) check_workspace(p, options, plan.split_chunks);
   const int value_tile = plan.value_tile;
   const int key_pad = p.K <= 64 ? 64 : 128;
+  if (options.schedule == ChunkedSchedule::fused && !plan.fused)
+    fail("schedule", "fused runs bf16 inputs with K > 64 at value tile 128, unsplit, without debug or two V tiles; "
+                     "this launch resolves to " + std::string(dtype_name(p.input_dtype)) + ", K = " + str(p.K) +
+                         ", value tile " + str(value_tile) + ", split_chunks " + str(plan.split_chunks) +
+                         (plan.long_value_tile ? ", two V tiles" : "") + (options.debug ? ", debug" : ""));
 
   ChunkedParams r{};
 #if GDN_KERNEL_FAULTS
@@ -495,6 +508,7 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   r.value_tiles = p.V / value_tile;
   r.split_chunks = plan.split_chunks;
   r.single_rounding = options.rounding == ChunkedRounding::single ? 1 : 0;
+  r.fused = plan.fused ? 1 : 0;
   r.affine_tiles = (p.K + value_tile - 1) / value_tile;
   r.segments = plan.segments;
   if (options.debug) {
@@ -528,7 +542,9 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   const SideStream side = plan.long_value_tile != 0 ? side_stream() : SideStream{};
   // Workspace: the caller's, or one stream-ordered allocation freed after the last kernel.
   const std::int64_t chunks = chunked_chunk_offsets(p, nullptr);
-  const std::size_t workspace_bytes = chunked_workspace_bytes(p, plan.split_chunks);
+  // The fused forward reads no records: the chunk offsets alone.
+  const std::size_t workspace_bytes =
+      plan.fused ? detail::chunked_offsets_bytes(p.N()) : chunked_workspace_bytes(p, plan.split_chunks);
   void* workspace = options.workspace;
   if (!workspace) {
     const std::string what = "cudaMallocAsync(chunked prefill workspace of " + std::to_string(workspace_bytes) + " bytes)";

@@ -81,6 +81,17 @@ struct ChunkedDebug {
 //     operands and take split only.
 enum class ChunkedRounding { split, single };
 
+// How the launch is scheduled.
+//   automatic (default): fused where it runs (below), else two_pass.
+//   two_pass: the prepass kernel writes each (chunk, value head)'s record (T, P, the gate
+//     scalars: about 26 KB at bf16) to the workspace, and the state kernel reads it back.
+//   fused: one state kernel whose third warpgroup computes each chunk's record in shared memory
+//     while the other two run the chunk before it (chunked_wgmma_transposed.cuh): no prepass and
+//     no records in the workspace. The same records bit for bit, so the same outputs as
+//     two_pass. Runs bf16 inputs with K > 64 (padded to 128) at value tile 128, unsplit, without
+//     debug or two V tiles; elsewhere fused is rejected (ProblemError naming "schedule").
+enum class ChunkedSchedule { automatic, two_pass, fused };
+
 struct ChunkedOptions {
   // Columns of V per block: 0 picks from the batch shape (see chunked_value_tile); else 16, 32,
   // 64 or 128 (bf16, fp16 at K <= 64), 16 to 64 (fp16 at K > 64) or 16, 32 (fp32), dividing V.
@@ -138,6 +149,7 @@ struct ChunkedOptions {
   int long_value_tile = 0;
   std::int64_t long_above_chunks = 0;
   ChunkedRounding rounding = ChunkedRounding::split;
+  ChunkedSchedule schedule = ChunkedSchedule::automatic;
 };
 
 // kChunkedSplitByHeads resolved: 32 chunks for bf16 / fp16 when HV x V / 16 (one sequence's
@@ -164,6 +176,8 @@ struct ChunkedPlan {
   // the tile of the sequences of more than long_above_chunks chunks (value_tile: the others').
   int long_value_tile = 0;
   std::int64_t long_above_chunks = 0;
+  // The fused forward (ChunkedSchedule): resolved from options.schedule and the plan above.
+  bool fused = false;
 };
 // Resolves options.value_tile (0: automatic), options.split_chunks (kChunkedSplitAuto: the
 // cheaper of no split and segments of 4 to 128 chunks by the cost model) and

@@ -113,6 +113,7 @@ std::vector<std::pair<std::string, double>> stage_times(const Problem& p, const 
       for (std::size_t j = 0; j < count; ++j)
         if (nodes[j] == f) --waiting[j];
   }
+  if (kernels.size() == 2) names = {"offsets", "forward"};  // the fused forward
   if (kernels.size() == 3) names = {"offsets", "prepass", "forward"};
   if (kernels.size() == 5) names = {"offsets", "prepass", "affine", "combine", "forward"};
   if (kernels.size() == 4) {
@@ -179,6 +180,19 @@ void BM_chunked_f16_single(benchmark::State& state) {
 void BM_chunked_single(benchmark::State& state) {
   ChunkedOptions options;
   options.rounding = ChunkedRounding::single;
+  run_chunked(state, options);
+}
+// The defaults and single rounding with ChunkedSchedule::two_pass: the prepass and the state
+// kernel where the default runs the fused forward (what fusing is worth, in the same run).
+void BM_chunked_two_pass(benchmark::State& state) {
+  ChunkedOptions options;
+  options.schedule = ChunkedSchedule::two_pass;
+  run_chunked(state, options);
+}
+void BM_chunked_single_two_pass(benchmark::State& state) {
+  ChunkedOptions options;
+  options.rounding = ChunkedRounding::single;
+  options.schedule = ChunkedSchedule::two_pass;
   run_chunked(state, options);
 }
 // Single rounding with a given tile and split (0: unsplit), one V tile: where its shorter
@@ -252,6 +266,7 @@ void run_chunked(benchmark::State& state, ChunkedOptions options, DType dtype) {
   state.counters["long_above_chunks"] = double(plan.long_above_chunks);
   state.counters["model_cost"] = plan.cost;
   state.counters["workspace_MB"] = double(options.workspace_bytes) * 1e-6;
+  state.counters["fused"] = plan.fused ? 1 : 0;
   if (!no_stage_times)
     for (const auto& [stage, seconds] : stage_times(p, t, options, stream)) state.counters["ms_" + stage] = seconds * 1e3;
 #ifdef GDN_CHUNKED_PHASE_CLOCK
@@ -324,6 +339,8 @@ void every_shape(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_chunked_default)->Apply(every_shape);
 BENCHMARK(BM_chunked_single)->Apply(every_shape);
+BENCHMARK(BM_chunked_two_pass)->Apply(every_shape);
+BENCHMARK(BM_chunked_single_two_pass)->Apply(every_shape);
 BENCHMARK(BM_chunked_f16_default)->Apply(every_shape);
 BENCHMARK(BM_chunked_f16_single)->Apply(every_shape);
 // 1 x 32768 (shape 1) and H2 HV8 1 x 32768 (shape 3) at other tiles and splits.

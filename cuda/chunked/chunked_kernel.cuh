@@ -21,6 +21,11 @@
 //                     copies of Q, K, V and bulk copies of the record). The bf16/fp16 kernel runs
 //                     its products on Hopper's warpgroup MMA (wgmma), two warpgroups each owning
 //                     half of the V tile.
+//   chunked_forward_wgt<..., kFused>  (ChunkedSchedule::fused, bf16 K 128 x BV 128 unsplit: the
+//                     default there) the two kernels in one: a third warpgroup runs the prepass of
+//                     chunk i + 1 (prepare_chunk, the same function and bits as chunked_prepare's)
+//                     into the record buffer while the state's two warpgroups run chunk i, so
+//                     the records never go through global memory (chunked_wgmma_transposed.cuh).
 //   chunked_combine   (sequence split only) between the forward's affine pass and its output
 //                     pass: S_start(s + 1) = M_s S_start(s) + B_s per sequence and value head,
 //                     fp32 (ChunkedParams has the split's three steps).
@@ -837,19 +842,41 @@ __device__ __forceinline__ void rescale_state_update(float* e_end, float* decay,
   }
 }
 
-template <class E, int KP, int HEADS>
-__global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
-    chunked_prepare(const __grid_constant__ ChunkedParams p) {
+// Where one prepass body works in shared memory: the chunk's q and k tiles (swizzled<128> for
+// bf16/fp16, rows of PrepPlan::ldk for fp32; rows past the chunk's tokens zero), A and T of each
+// head (fp32, rows of PrepPlan::ldf, PrepPlan::f_bytes apart), each head's scalars
+// (PrepPlan::scalar_bytes apart) and, fp16 only, which keys are nonzero.
+template <class E>
+struct PrepSmem {
+  const E* Qs;
+  const E* Ks;
+  unsigned char* a;
+  unsigned char* t;
+  unsigned char* scalar;
+  int* live;
+};
+
+// The prepass of one chunk for HEADS value heads j0, j0 + 1 (phases 0 to 3 and the records) by
+// WARPS warps, threads tid = 0 .. 32 WARPS - 1; sync() is a barrier over exactly those threads.
+// record_of(head) is where head's record goes: the workspace (chunked_prepare) or the fused
+// forward's record buffer in shared memory (chunked_forward_wgt), in the same layout. gates,
+// A_log and dt_bias are the scanner warps' (warp 0 for head 0, warp 4 for head 1). Every element
+// is computed by the same operations in the same order whatever WARPS is (4 warps take the
+// column halves of phase 1 and the row groups of the norms one after another), so that the
+// records are the same bits either way.
+template <class E, int KP, int HEADS, int WARPS, class RecordOf, class Sync>
+__device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const PrepSmem<E>& sm, RecordOf record_of, int j0,
+                                              int c, const GateInputs& gates, float A_log, float dt_bias,
+                                              std::int64_t debug_chunk, int tid, Sync sync) {
   using L = PrepPlan<E, KP, HEADS>;
-  static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
-  constexpr int ldk = L::ldk, ldf = L::ldf;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
-  E* const Ks = reinterpret_cast<E*>(smem + L::off_k);
-  auto Af = [&](int head) { return reinterpret_cast<float*>(smem + L::off_a + head * L::f_bytes); };
-  auto Tf = [&](int head) { return reinterpret_cast<float*>(smem + L::off_t + head * L::f_bytes); };
+  static_assert(WARPS == 8 || (WARPS == 4 && HEADS == 1), "8 warps, or 4 for one head");
+  constexpr int ldk = L::ldk, ldf = L::ldf, kWThreads = 32 * WARPS;
+  const E* const Qs = sm.Qs;
+  const E* const Ks = sm.Ks;
+  auto Af = [&](int head) { return reinterpret_cast<float*>(sm.a + head * L::f_bytes); };
+  auto Tf = [&](int head) { return reinterpret_cast<float*>(sm.t + head * L::f_bytes); };
   // Per head: gamma (double), beta, r_q, r_k, e_start, e_end (float), segment (int), chunk decay.
-  auto gam = [&](int head) { return reinterpret_cast<double*>(smem + L::off_scalar + head * L::scalar_bytes); };
+  auto gam = [&](int head) { return reinterpret_cast<double*>(sm.scalar + head * L::scalar_bytes); };
   auto bet = [&](int head) { return reinterpret_cast<float*>(gam(head) + kC); };
   auto est = [&](int head) { return bet(head) + 3 * kC; };
   auto een = [&](int head) { return bet(head) + 4 * kC; };
@@ -857,92 +884,14 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   auto chunk_decay = [&](int head) { return reinterpret_cast<float*>(seg(head) + kC); };
   float* const rq = bet(0) + kC;  // the norms: head 0's arrays, for both heads
   float* const rk = bet(0) + 2 * kC;
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp & 3, wn = warp >> 2;
-  const int row0 = wm * 16;
-  // Block = global chunk g (sequence order) x group of `heads` value heads j0, j0 + 1, ...
-  constexpr int heads = HEADS;  // the launch picks 2 when the group is even
-  const unsigned groups = static_cast<unsigned>(p.HV / heads);
-  const int j0 = static_cast<int>(blockIdx.x % groups) * heads;
-  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x / groups);
-  // The head and the index within it of this warp's share of the per-head serial phases.
+  const int lane = tid & 31, warp = tid >> 5;
+  const int row0 = (warp & 3) * 16;
+  constexpr int heads = HEADS;
   const int my_head = heads == 2 ? warp >> 2 : 0;
   const int hw = heads == 2 ? warp & 3 : warp;
-  const std::int64_t* const offs = p.ws_offsets;
-  if (g >= offs[p.N] || g >= p.ws_chunks) return;  // cu_seqlens disagreeing with the Problem
-  int lo = 0, hi = p.N - 1;  // the last n with offs[n] <= g: empty sequences share their offset
-  while (lo < hi) {
-    const int mid = lo + (hi - lo + 1) / 2;
-    if (offs[mid] <= g)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int n = lo;
-  const std::int64_t ci = g - offs[n];
-  const std::int64_t eos = seq_boundary(p, n + 1);
-  const std::int64_t start = seq_boundary(p, n) + ci * kC;
-  const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
-#if GDN_KERNEL_FAULTS
-  const int h = GDN_PLANTED(p, chunked_gva_head_map) ? j0 % p.H : j0 / p.group;
-#else
-  const int h = j0 / p.group;  // the pair's heads share it: group is even, j0 too
-#endif
-
-  std::uint64_t* const copied = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
-  if constexpr (L::tma) {
-    // One thread issues the chunk's q and k boxes (zeros past K and past T): the block's other
-    // threads issue nothing (16-byte cp.async from every thread stalled them while the copy
-    // queue drained, as in the forward).
-    if (tid == 0) {
-      ptx::bulk::barrier_init(copied, 1);
-      ptx::bulk::fence_barrier_init();
-      ptx::bulk::arrive_expect_tx(copied, unsigned(2 * L::q_bytes));
-#pragma unroll
-      for (int slab = 0; slab < KP / 64; ++slab) {
-        ptx::bulk::tensor_load_3d(Qs + slab * 64 * kC, &p.tmap_q, 64 * slab, h, static_cast<int>(start), copied);
-        ptx::bulk::tensor_load_3d(Ks + slab * 64 * kC, &p.tmap_k, 64 * slab, h, static_cast<int>(start), copied);
-      }
-    }
-  } else {
-    const E* const qg = static_cast<const E*>(p.q);
-    const E* const kg = static_cast<const E*>(p.k);
-    constexpr int per = 16 / sizeof(E);
-    constexpr int pieces_k = KP / per;
-    for (int idx = tid; idx < kC * pieces_k; idx += kThreads) {
-      const int row = idx / pieces_k, col = (idx % pieces_k) * per;
-      const bool ok = row < c && col < p.K;
-      const std::int64_t off = ok ? ((start + row) * p.H + h) * p.K + col : 0;
-      ptx::cp_async16(Qs + row * ldk + col, qg + off, ok);
-      ptx::cp_async16(Ks + row * ldk + col, kg + off, ok);
-    }
-    ptx::cp_async_commit();
-  }
-  // Warp 0 scans head 0's gates, warp 4 head 1's.
   const bool scanner = hw == 0 && my_head < heads;
-  const int jg = j0 + my_head;
-  GateInputs gates;
-  if (scanner) gates = load_gate_inputs(p, jg, start, c, lane);
-  const float A_log = p.fused_gates && scanner ? p.A_log[jg] : 0.f;
-  const float dt_bias = p.fused_gates && scanner ? p.dt_bias[jg] : 0.f;
   const float decay_rate = p.fused_gates ? expf(A_log) : 0.f;
-  if constexpr (L::tma) {
-    __syncthreads();  // the barrier's initialisation, before anyone waits on it
-    ptx::bulk::wait(copied, 0);
-    if (c < kC) {  // the next sequence's tokens: zeros (uniform over the block)
-      constexpr int pieces = 8;  // 16-byte pieces per 128-byte row of a slab
-      const int per_slab = (kC - c) * pieces;
-      for (int idx = tid; idx < 2 * (KP / 64) * per_slab; idx += kThreads) {
-        const int tile = idx / per_slab, rest = idx % per_slab;  // tile: Q slabs, then K slabs
-        E* const base = (tile < KP / 64 ? Qs : Ks) + (tile % (KP / 64)) * 64 * kC;
-        *reinterpret_cast<uint4*>(base + (c + rest / pieces) * 64 + (rest % pieces) * 8) = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-  } else {
-    ptx::cp_async_wait_all();
-  }
-  __syncthreads();
+  (void)ldk;
 
   // --- phase 0: gates, cumulative decay (per head), norms (shared) ----------------------------
   if (scanner) {
@@ -1016,8 +965,9 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   // The norms: 4 lanes per row (a warp's 8 rows at once), each summing a quarter of the row in
   // increasing k from 16-byte loads, then the 4 partial sums in a fixed butterfly. (One row per
   // warp step with a 32-lane butterfly was a large share of this kernel's stall samples.)
-  {
-    const int row = warp * (kC / 8) + (lane >> 2), part = lane & 3;
+#pragma unroll
+  for (int pass = 0; pass < 8 / WARPS; ++pass) {  // 8 rows a warp and pass
+    const int row = (warp + pass * WARPS) * (kC / 8) + (lane >> 2), part = lane & 3;
     if (p.l2norm) {
       constexpr int per = 16 / sizeof(E);  // elements per 16-byte load
       float sq = 0.f, sk = 0.f;
@@ -1059,22 +1009,24 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
 #pragma unroll
       for (int d = 1; d < 4; d <<= 1) any |= __shfl_xor_sync(0xffffffffu, any, d);
       // Rows past the chunk's tokens may hold the next sequence's keys: not this chunk's.
-      if (part == 0) reinterpret_cast<int*>(smem + L::off_live)[row] = any != 0u && row < c ? 1 : 0;
+      if (part == 0) sm.live[row] = any != 0u && row < c ? 1 : 0;
     }
   }
 #if GDN_KERNEL_FAULTS
   if (!GDN_PLANTED(p, chunked_prepass_barrier_removed))
 #endif
-  __syncthreads();
+  sync();
   if constexpr (L::live_keys) {
     // Read next by the records, several barriers on: this warp's e_end, decay and scale only.
     if (scanner)
-      rescale_state_update(een(my_head), chunk_decay(my_head), reinterpret_cast<const int*>(smem + L::off_live), lane);
+      rescale_state_update(een(my_head), chunk_decay(my_head), sm.live, lane);
   }
 
   // --- phase 1: A = masked K K^T (fp32), P = masked Q K^T (input dtype), per head from one
   // product each ------------------------------------------------------------------------------
-  {
+#pragma unroll 1
+  for (int pass = 0; pass < 8 / WARPS; ++pass) {  // 32 columns a warp and pass
+    const int wn = WARPS == 8 ? warp >> 2 : pass;
     float kk[1][4][4], qk[1][4][4];
     zero(kk);
     zero(qk);
@@ -1101,8 +1053,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       const float* const bt = bet(head);
       float* const Ah = Af(head);
       // P to its record from the registers.
-      E* const Ph = reinterpret_cast<E*>(p.ws_records + (g * p.HV + j0 + head) * static_cast<std::int64_t>(L::record_bytes) +
-                                         L::rec_p);
+      E* const Ph = reinterpret_cast<E*>(record_of(head) + L::rec_p);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = row0 + g8 + 8 * half;
@@ -1136,7 +1087,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       }
     }
   }
-  __syncthreads();
+  sync();
 
   // --- phase 2: T = (I + A)^-1, diagonal 16 x 16 blocks (warps 0-3: head 0, 4-7: head 1) -------
   if (hw < 4 && my_head < heads && lane < 16) {
@@ -1154,7 +1105,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
 #pragma unroll
     for (int i = 0; i < 16; ++i) Th[(16 * b + i) * ldf + 16 * b + col] = tcol[i];
   }
-  __syncthreads();
+  sync();
 
   // --- phase 3: block merges T_ij = -T_ii Y_ij, Y_ij = sum_{k=j}^{i-1} A_ik T_kj --------------------
   // Three levels, each warp of a head busy at each: the terms of Y whose T_kj is already known
@@ -1239,7 +1190,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       accumulate(2, 0, 0, 1, y);
     }
   }
-  __syncthreads();
+  sync();
   if (merger) {  // level 2
     if (hw == 3) {
       accumulate(2, 0, 1, 2, y);
@@ -1255,24 +1206,23 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       accumulate(3, 0, 0, 2, y);
     }
   }
-  __syncthreads();
+  sync();
   if (merger && hw == 0) {  // level 3
     accumulate(3, 0, 2, 3, y);
     finish(3, 0, y);
   }
-  __syncthreads();
+  sync();
 
   // --- the records of (g, j0 + head), and the debug A, T -------------------------------------------
   for (int head = 0; head < heads; ++head) {
     const int j = j0 + head;
     const float* const Ah = Af(head);
     const float* const Th = Tf(head);
-    unsigned char* const rec = p.ws_records + (g * p.HV + j) * static_cast<std::int64_t>(L::record_bytes);
+    unsigned char* const rec = record_of(head);
     if (p.debug_A) {
-      const std::int64_t debug_chunk = p.chunk_offsets[n] + ci;
       float* da = p.debug_A + (debug_chunk * p.HV + j) * kC * kC;
       float* dt = p.debug_T + (debug_chunk * p.HV + j) * kC * kC;
-      for (int idx = tid; idx < kC * kC; idx += kThreads) {
+      for (int idx = tid; idx < kC * kC; idx += kWThreads) {
         const int i = idx / kC, col = idx % kC;
         da[idx] = Ah[i * ldf + col];
         dt[idx] = (col / 16 <= i / 16) ? Th[i * ldf + col] : 0.f;
@@ -1287,7 +1237,7 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
     {
       E* const gt = reinterpret_cast<E*>(rec + L::rec_t);
       E* const gtlo = reinterpret_cast<E*>(rec + L::rec_tlo);
-      for (int idx = tid; idx < kC * (kC / 8); idx += kThreads) {
+      for (int idx = tid; idx < kC * (kC / 8); idx += kWThreads) {
         const int i = idx / (kC / 8), col = 8 * (idx % (kC / 8));
         float t[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (col / 16 <= i / 16) {
@@ -1319,6 +1269,107 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
       gs[5 * kC + tid] = tid == 0 ? *chunk_decay(head) : (tid == 1 && L::live_keys ? chunk_decay(head)[1] : 0.f);
     }
   }
+}
+
+template <class E, int KP, int HEADS>
+__global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
+    chunked_prepare(const __grid_constant__ ChunkedParams p) {
+  using L = PrepPlan<E, KP, HEADS>;
+  static_assert(KP % 64 == 0 && KP <= 128, "KP is 64 or 128");
+  constexpr int ldk = L::ldk;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  E* const Qs = reinterpret_cast<E*>(smem + L::off_q);
+  E* const Ks = reinterpret_cast<E*>(smem + L::off_k);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Block = global chunk g (sequence order) x group of `heads` value heads j0, j0 + 1, ...
+  constexpr int heads = HEADS;  // the launch picks 2 when the group is even
+  const unsigned groups = static_cast<unsigned>(p.HV / heads);
+  const int j0 = static_cast<int>(blockIdx.x % groups) * heads;
+  const std::int64_t g = static_cast<std::int64_t>(blockIdx.x / groups);
+  // The head and the index within it of this warp's share of the per-head serial phases.
+  const int my_head = heads == 2 ? warp >> 2 : 0;
+  const int hw = heads == 2 ? warp & 3 : warp;
+  const std::int64_t* const offs = p.ws_offsets;
+  if (g >= offs[p.N] || g >= p.ws_chunks) return;  // cu_seqlens disagreeing with the Problem
+  int lo = 0, hi = p.N - 1;  // the last n with offs[n] <= g: empty sequences share their offset
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (offs[mid] <= g)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int n = lo;
+  const std::int64_t ci = g - offs[n];
+  const std::int64_t eos = seq_boundary(p, n + 1);
+  const std::int64_t start = seq_boundary(p, n) + ci * kC;
+  const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
+#if GDN_KERNEL_FAULTS
+  const int h = GDN_PLANTED(p, chunked_gva_head_map) ? j0 % p.H : j0 / p.group;
+#else
+  const int h = j0 / p.group;  // the pair's heads share it: group is even, j0 too
+#endif
+
+  std::uint64_t* const copied = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
+  if constexpr (L::tma) {
+    // One thread issues the chunk's q and k boxes (zeros past K and past T): the block's other
+    // threads issue nothing (16-byte cp.async from every thread stalled them while the copy
+    // queue drained, as in the forward).
+    if (tid == 0) {
+      ptx::bulk::barrier_init(copied, 1);
+      ptx::bulk::fence_barrier_init();
+      ptx::bulk::arrive_expect_tx(copied, unsigned(2 * L::q_bytes));
+#pragma unroll
+      for (int slab = 0; slab < KP / 64; ++slab) {
+        ptx::bulk::tensor_load_3d(Qs + slab * 64 * kC, &p.tmap_q, 64 * slab, h, static_cast<int>(start), copied);
+        ptx::bulk::tensor_load_3d(Ks + slab * 64 * kC, &p.tmap_k, 64 * slab, h, static_cast<int>(start), copied);
+      }
+    }
+  } else {
+    const E* const qg = static_cast<const E*>(p.q);
+    const E* const kg = static_cast<const E*>(p.k);
+    constexpr int per = 16 / sizeof(E);
+    constexpr int pieces_k = KP / per;
+    for (int idx = tid; idx < kC * pieces_k; idx += kThreads) {
+      const int row = idx / pieces_k, col = (idx % pieces_k) * per;
+      const bool ok = row < c && col < p.K;
+      const std::int64_t off = ok ? ((start + row) * p.H + h) * p.K + col : 0;
+      ptx::cp_async16(Qs + row * ldk + col, qg + off, ok);
+      ptx::cp_async16(Ks + row * ldk + col, kg + off, ok);
+    }
+    ptx::cp_async_commit();
+  }
+  // Warp 0 scans head 0's gates, warp 4 head 1's.
+  const bool scanner = hw == 0 && my_head < heads;
+  const int jg = j0 + my_head;
+  GateInputs gates;
+  if (scanner) gates = load_gate_inputs(p, jg, start, c, lane);
+  const float A_log = p.fused_gates && scanner ? p.A_log[jg] : 0.f;
+  const float dt_bias = p.fused_gates && scanner ? p.dt_bias[jg] : 0.f;
+  if constexpr (L::tma) {
+    __syncthreads();  // the barrier's initialisation, before anyone waits on it
+    ptx::bulk::wait(copied, 0);
+    if (c < kC) {  // the next sequence's tokens: zeros (uniform over the block)
+      constexpr int pieces = 8;  // 16-byte pieces per 128-byte row of a slab
+      const int per_slab = (kC - c) * pieces;
+      for (int idx = tid; idx < 2 * (KP / 64) * per_slab; idx += kThreads) {
+        const int tile = idx / per_slab, rest = idx % per_slab;  // tile: Q slabs, then K slabs
+        E* const base = (tile < KP / 64 ? Qs : Ks) + (tile % (KP / 64)) * 64 * kC;
+        *reinterpret_cast<uint4*>(base + (c + rest / pieces) * 64 + (rest % pieces) * 8) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  } else {
+    ptx::cp_async_wait_all();
+  }
+  __syncthreads();
+
+  const std::int64_t debug_chunk = p.debug_A ? p.chunk_offsets[n] + ci : 0;
+  const PrepSmem<E> places{Qs, Ks, smem + L::off_a, smem + L::off_t, smem + L::off_scalar,
+                           reinterpret_cast<int*>(smem + L::off_live)};
+  prepare_chunk<E, KP, HEADS, 8>(
+      p, places, [&](int head) { return p.ws_records + (g * p.HV + j0 + head) * static_cast<std::int64_t>(L::record_bytes); },
+      j0, c, gates, A_log, dt_bias, debug_chunk, tid, [] { __syncthreads(); });
 }
 
 // The fp32 forward's per-chunk copies of Q, K and the block's V columns (bf16/fp16 use tensor
@@ -1670,6 +1721,21 @@ struct Instance {
     else
       return &chunked_forward<E, KP, BV>;
   }
+  // The fused forward (chunked_wgmma_transposed.cuh, kFused): the transposed instance only.
+  static constexpr bool fusable = transposed;
+  static constexpr std::size_t fused_bytes = [] {
+    if constexpr (fusable)
+      return WgtPlan<E, KP, BV, true>::bytes;
+    else
+      return std::size_t(0);
+  }();
+  template <bool kSingle = false>
+  static constexpr auto fused_forward() {
+    if constexpr (fusable)
+      return &chunked_forward_wgt<E, KP, BV, kSingle, true>;
+    else
+      return forward<kSingle>();
+  }
   static constexpr auto debug_forward() {
     if constexpr (Elem<E>::tensor)
       return &chunked_forward_wg<E, KP, BV, WgMode::debug>;
@@ -1712,6 +1778,15 @@ struct Instance {
     if (code == cudaSuccess)
       code = cudaFuncSetAttribute(forward(), cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared));
+    if constexpr (fusable) {
+      for (auto kernel : {fused_forward<false>(), fused_forward<true>()}) {
+        if (code == cudaSuccess)
+          code = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fused_bytes));
+        if (code == cudaSuccess)
+          code = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      static_cast<int>(cudaSharedmemCarveoutMaxShared));
+      }
+    }
     if (code == cudaSuccess)
       code = cudaFuncSetAttribute(chunked_prepare<E, KP, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(P::bytes));
@@ -1740,6 +1815,7 @@ struct Instance {
   }
   static void prepare(const ChunkedParams& params, std::int64_t prep_blocks, cudaStream_t stream) {
     chunked_offsets<E><<<1, kOffsetThreads, 0, stream>>>(params);
+    if (params.fused) return;  // the fused forward computes the records itself
     // One prepass block per (chunk, pair of value heads) when the group is even (chunked_prepare).
     if (prep_blocks > 0 && params.group % 2 == 0)
       chunked_prepare<E, KP, 2><<<static_cast<unsigned>(prep_blocks / 2), kThreads, P::bytes, stream>>>(params);
@@ -1759,6 +1835,9 @@ struct Instance {
     }
     if (params.chunk_offsets)
       debug_forward()<<<static_cast<unsigned>(blocks), kThreads, F::bytes, stream>>>(params);
+    else if (fusable && params.fused)
+      (params.single_rounding ? fused_forward<true>() : fused_forward<false>())<<<static_cast<unsigned>(blocks),
+                                                                                 kFusedThreads, fused_bytes, stream>>>(params);
     else
       (params.single_rounding ? forward<true>() : forward<false>())<<<static_cast<unsigned>(blocks), kThreads,
                                                                      output_bytes, stream>>>(params);

@@ -34,6 +34,9 @@ struct ChunkedParams {
   int gate_type;    // ElementType of g/beta or a/b
   int value_tiles;  // V / value tile
   int single_rounding;  // ChunkedRounding::single: the host launches the kSingle instances
+  // The fused forward (ChunkedSchedule::fused; bf16, K padded to 128, value tile 128, unsplit,
+  // no debug): no prepass, and no records in the workspace (only the chunk offsets).
+  int fused;
 
   // Debug mode (all null when off): per-chunk intermediates, chunk index = chunk_offsets[n] + i.
   const std::int64_t* chunk_offsets;  // [N]

@@ -66,8 +66,21 @@ __device__ __forceinline__ void split(float x0, float x1, std::uint32_t& hi, std
 
 }  // namespace wgt
 
-// Shared memory: two buffers of Q, K, V and the record; each warpgroup's O staging tile.
-template <class E, int KP, int BV>
+// The fused forward (kFused): a third warpgroup, the producer, computes each chunk's record
+// (chunked_prepare's work, prepare_chunk) into the record buffer while the two warpgroups of the
+// state (the consumers) run the chunk before it, so that the prepass's workspace round trip
+// (about 26 KB a chunk and head written, then read back) and its launch are gone. Registers: the
+// entry count of 384 threads is 168; the producer gives its warpgroup's down to
+// kFusedProducerRegisters and the consumers take kFusedConsumerRegisters (2 x 224 + 56 = 3 x 168:
+// setmaxnreg.inc waits until the pool has them).
+constexpr int kFusedThreads = 384;
+constexpr int kFusedConsumerRegisters = 224, kFusedProducerRegisters = 56;
+static_assert(2 * kFusedConsumerRegisters + kFusedProducerRegisters == 3 * (65536 / kFusedThreads / 8 * 8),
+              "the warpgroups' registers are the entry allocation's");
+
+// Shared memory: two buffers of Q, K, V and the record; each warpgroup's O staging tile; fused:
+// the producer's A, T and scalars (PrepPlan<E, KP, 1>'s tiles, prepare_chunk).
+template <class E, int KP, int BV, bool kFused = false>
 struct WgtPlan {
   using Rec = PrepPlan<E, KP>;
   static_assert(KP == 128 && BV == 128 && sizeof(E) == 2, "K 128, V tile 128, 2-byte inputs");
@@ -85,18 +98,24 @@ struct WgtPlan {
   // 16-byte reads for the global stores are conflict-free).
   static constexpr std::size_t o_tile = std::size_t(kC) * 64 * 2;
   static constexpr std::size_t off_o = off_w + 2 * w_slot;    // + group * o_tile
-  static constexpr std::size_t off_bar = off_o + 2 * o_tile;  // one mbarrier per buffer
-  static constexpr std::size_t off_release = off_bar + 2 * sizeof(std::uint64_t);
-  static constexpr std::size_t bytes = off_release + 2 * sizeof(unsigned);
+  // One mbarrier per buffer for its copies, then (fused) one per buffer for its record.
+  static constexpr std::size_t off_bar = off_o + 2 * o_tile;
+  static constexpr std::size_t off_release = off_bar + 4 * sizeof(std::uint64_t);
+  using Prep = PrepPlan<E, KP, 1>;
+  static constexpr std::size_t off_prep = align128(off_release + 2 * sizeof(unsigned));  // A, T, scalars, live
+  static constexpr std::size_t prep_bytes = kFused ? 2 * Prep::f_bytes + Prep::scalar_bytes + Prep::live_bytes : 0;
+  static constexpr std::size_t bytes = off_prep + prep_bytes;
   static_assert(bytes <= 227 * 1024, "shared-memory plan exceeds the per-block limit");
   static constexpr int min_blocks = 1;
 };
 
 // kSingle: ChunkedRounding::single, as chunked_forward_wg's (no lo pass; the lo fragments are
-// then never computed).
-template <class E, int KP, int BV, bool kSingle = false>
-__global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_constant__ ChunkedParams p) {
-  using L = WgtPlan<E, KP, BV>;
+// then never computed). kFused: the producer warpgroup computes the records (see above), and
+// the copies bring Q, K and V only.
+template <class E, int KP, int BV, bool kSingle = false, bool kFused = false>
+__global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
+    chunked_forward_wgt(const __grid_constant__ ChunkedParams p) {
+  using L = WgtPlan<E, KP, BV, kFused>;
   using R = typename L::Rec;
   static_assert(std::is_same_v<E, __nv_bfloat16>, "bf16 (fp16 at K 128 has no V tile 128)");
   static_assert(kThreads == 256, "two warpgroups");
@@ -144,6 +163,68 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
       for (int half = 0; half < 2; ++half)
         f(16 * wl + g + 8 * half, 8 * nk + 2 * t, S[nk][2 * half], S[nk][2 * half + 1]);
   };
+
+  std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
+  std::uint64_t* const ready = full + 2;  // fused: the producer's record of the buffer's chunk
+  unsigned* const released = reinterpret_cast<unsigned*>(smem + L::off_release);
+  if (tid == 0) {
+    for (int b = 0; b < 4; ++b) ptx::bulk::barrier_init(full + b, 1);
+    released[0] = released[1] = 0u;
+    ptx::bulk::fence_barrier_init();
+  }
+  __syncthreads();
+  const int chunks = static_cast<int>((eos - bos + kC - 1) / kC);
+  if constexpr (kFused) {
+    if (group == 2) {
+      // The producer: chunk i's record into buffer i & 1 once its Q, K and V have landed. The
+      // buffer is free by then: its copies are issued only after both consumers released it.
+      ptx::setmaxnreg_dec<kFusedProducerRegisters>();
+      using P1 = typename L::Prep;
+      const int ptid = tid - 2 * 128;
+      unsigned char* const prep = smem + L::off_prep;
+      const PrepSmem<E> places{nullptr, nullptr, prep, prep + P1::f_bytes, prep + 2 * P1::f_bytes,
+                               reinterpret_cast<int*>(prep + 2 * P1::f_bytes + P1::scalar_bytes)};
+      const bool scanner = ptid < 32;
+      const float A_log = p.fused_gates && scanner ? p.A_log[j] : 0.f;
+      const float dt_bias = p.fused_gates && scanner ? p.dt_bias[j] : 0.f;
+      auto sync = [] { ptx::bar_sync<4, 128>(); };
+      for (int index = 0; index < chunks; ++index) {
+        const std::int64_t start = bos + std::int64_t(index) * kC;
+        const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
+        const int b = index & 1;
+        GateInputs gates;
+        if (scanner) gates = load_gate_inputs(p, j, start, c, lane);
+        ptx::bulk::wait(full + b, static_cast<unsigned>(index >> 1) & 1u);
+        unsigned char* const Qb = smem + L::off_q + b * L::q_slot;
+        unsigned char* const Kb = smem + L::off_k + b * L::q_slot;
+        unsigned char* const Vb = smem + L::off_v + b * L::v_slot;
+        unsigned char* const Wb = smem + L::off_w + b * L::w_slot;
+        if (c < kC) {  // the next sequence's tokens: zeros, for the record and the consumers
+          constexpr int slabs = 2 * (KP / 64) + BV / 64;  // Q, K, then V slabs
+          const int per_slab = (kC - c) * 8;
+          for (int idx = ptid; idx < slabs * per_slab; idx += 128) {
+            const int slab = idx / per_slab, rest = idx % per_slab;
+            unsigned char* const base = slab < KP / 64       ? Qb + slab * 8192
+                                        : slab < 2 * (KP / 64) ? Kb + (slab - KP / 64) * 8192
+                                                               : Vb + (slab - 2 * (KP / 64)) * 8192;
+            *reinterpret_cast<uint4*>(base + (c + rest / 8) * 128 + (rest % 8) * 16) = make_uint4(0u, 0u, 0u, 0u);
+          }
+          sync();
+        }
+        PrepSmem<E> at = places;
+        at.Qs = reinterpret_cast<const E*>(Qb);
+        at.Ks = reinterpret_cast<const E*>(Kb);
+        prepare_chunk<E, KP, 1, 4>(p, at, [&](int) { return Wb; }, j, c, gates, A_log, dt_bias, 0, ptid, sync);
+        // Every producer thread's stores (the record, the zeroed rows) before the consumers'
+        // wgmma read them, and before the copies two chunks on overwrite them.
+        ptx::fence_proxy_async_shared();
+        sync();
+        if (ptid == 0) ptx::bulk::arrive(ready + b);
+      }
+      return;
+    }
+    ptx::setmaxnreg_inc<kFusedConsumerRegisters>();
+  }
   for_each_state([&](int v, int k, float& x0, float& x1) {
     x0 = x1 = 0.f;
     if (init && k < p.K) {
@@ -152,15 +233,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     }
   });
 
-  std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
-  unsigned* const released = reinterpret_cast<unsigned*>(smem + L::off_release);
-  if (tid == 0) {
-    ptx::bulk::barrier_init(full, 1);
-    ptx::bulk::barrier_init(full + 1, 1);
-    released[0] = released[1] = 0u;
-    ptx::bulk::fence_barrier_init();
-  }
-  __syncthreads();
   auto record_src = [&](std::int64_t chunk) {
     return p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
   };
@@ -171,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     const int b = index & 1;
     const int token = static_cast<int>(bos + std::int64_t(index) * kC);
     ptx::fence_proxy_async_shared();
-    ptx::bulk::arrive_expect_tx(full + b, unsigned(2 * L::q_bytes + L::v_bytes) + record_copied);
+    ptx::bulk::arrive_expect_tx(full + b, unsigned(2 * L::q_bytes + L::v_bytes) + (kFused ? 0u : record_copied));
 #pragma unroll
     for (int slab = 0; slab < KP / 64; ++slab) {
       ptx::bulk::tensor_load_3d(smem + L::off_q + b * L::q_slot + slab * 8192, &p.tmap_q, 64 * slab, h, token, full + b);
@@ -180,7 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
 #pragma unroll
     for (int slab = 0; slab < BV / 64; ++slab)
       ptx::bulk::tensor_load_3d(smem + L::off_v + b * L::v_slot + slab * 8192, &p.tmap_v, v0 + 64 * slab, j, token, full + b);
-    if constexpr (kSingle) {
+    if constexpr (kFused) {
+      // the producer writes the record
+    } else if constexpr (kSingle) {
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::rec_tlo), full + b);
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot + R::rec_p, record_src(first_chunk + index) + R::rec_p,
                       unsigned(R::record_bytes - R::rec_p), full + b);
@@ -188,7 +262,6 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full + b);
     }
   };
-  const int chunks = static_cast<int>((eos - bos + kC - 1) / kC);
   if (tid == 0)
     for (int index = 0; index < 2 && index < chunks; ++index) issue_chunk(index);
   // Rows [c, 64) of a tile of 64-row slabs of 128-byte rows, zeroed by the block.
@@ -223,7 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunked_forward_wgt(const __grid_
     // The scalars of tokens (2 q, 2 q + 1): beta, r_q, r_k, e_start, e_end.
     auto scalar2 = [&](int which, int token) { return *reinterpret_cast<const float2*>(sc + which * kC + token); };
     ptx::bulk::wait(full + buf, static_cast<unsigned>(chunk_index >> 1) & 1u);
-    if (c < kC) {  // the next sequence's tokens: zeros (a sequence's last chunk only)
+    if constexpr (kFused) ptx::bulk::wait(ready + buf, static_cast<unsigned>(chunk_index >> 1) & 1u);
+    if (!kFused && c < kC) {  // the next sequence's tokens: zeros (a sequence's last chunk only)
       zero_rows(Qc, KP / 64, c);
       zero_rows(Kc, KP / 64, c);
       zero_rows(Vc, BV / 64, c);

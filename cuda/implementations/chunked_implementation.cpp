@@ -27,6 +27,8 @@ std::string ChunkedPrefillKernel::name() const {
   // kChunkedSplitByHeads is the default (no suffix, as before it was); an explicit 0 is named.
   if (options_.split_chunks == 0) n += ".unsplit";
   if (options_.rounding == ChunkedRounding::single) n += ".single";
+  if (options_.schedule == ChunkedSchedule::two_pass) n += ".two_pass";
+  if (options_.schedule == ChunkedSchedule::fused) n += ".fused";
   if (cu_seqlens_type_ == IndexType::i64) n += ".cu64";
   return n;
 }
@@ -34,7 +36,8 @@ std::string ChunkedPrefillKernel::name() const {
 bool ChunkedPrefillKernel::has_backward() const {
   const ChunkedOptions defaults{};
   return options_.value_tile == defaults.value_tile && options_.split_chunks == defaults.split_chunks &&
-         options_.rounding == defaults.rounding && options_.long_value_tile == defaults.long_value_tile &&
+         options_.rounding == defaults.rounding && options_.schedule == defaults.schedule &&
+         options_.long_value_tile == defaults.long_value_tile &&
          options_.long_above_chunks == defaults.long_above_chunks;
 }
 
@@ -76,6 +79,14 @@ bool ChunkedPrefillKernel::supports(const Problem& problem, std::string* why) co
        chunked_blocks_per_sm(problem, options_.long_value_tile) == 0)) {
     if (why) *why = "two V tiles need bf16/fp16 and a long value tile that fits V";
     return false;
+  }
+  if (options_.schedule == ChunkedSchedule::fused && options_.split_chunks != kChunkedSplitAuto) {
+    // The plan's tile does not depend on the SM count where value_tile is given; otherwise the
+    // launch may still refuse it (ProblemError "schedule").
+    if (!chunked_plan(problem, options_, 132).fused) {
+      if (why) *why = "the fused schedule runs bf16 with K > 64 at value tile 128, unsplit, without two V tiles";
+      return false;
+    }
   }
   if (options_.long_value_tile > 0 && chunked_fixed_split(problem, options_.split_chunks) != 0) {
     if (why) *why = "two V tiles need an unsplit launch (split_chunks resolves to a split for this problem)";

@@ -28,6 +28,22 @@ __device__ __forceinline__ void bar_arrive() {
   asm volatile("bar.arrive %0, %1;" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
+// Warpgroup register reallocation (setmaxnreg; all 128 threads of the warpgroup execute it,
+// sm_90a): dec gives the warpgroup's registers above kRegisters back to the block's pool, inc
+// waits until the pool holds enough and takes them. ptxas allocates the code after it within
+// that count; it needs the kernel's entry count, so the kernel has __launch_bounds__ with a
+// minimum of blocks. kRegisters: a multiple of 8 in [24, 256].
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256, "setmaxnreg's range");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegisters % 8 == 0 && kRegisters >= 24 && kRegisters <= 256, "setmaxnreg's range");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
 // Orders this thread's earlier generic-proxy accesses to shared memory before its later
 // async-proxy ones: a bulk or tensor copy that overwrites what the thread wrote or read, or a
 // wgmma that reads what it stored. A barrier must still follow where other threads' accesses

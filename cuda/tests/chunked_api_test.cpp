@@ -78,7 +78,7 @@ void require_rejected(const Problem& p, const std::string& argument, const Chunk
   if (options.value_tile == 0 && options.debug == nullptr && options.workspace == nullptr &&
       options.workspace_bytes == 0 && options.split_chunks == ChunkedOptions{}.split_chunks &&
       options.long_value_tile == ChunkedOptions{}.long_value_tile && options.long_above_chunks == 0 &&
-      options.rounding == ChunkedOptions{}.rounding) {
+      options.rounding == ChunkedOptions{}.rounding && options.schedule == ChunkedOptions{}.schedule) {
     std::string why;
     CHECK_FALSE(chunked_prefill_supports(p, &why));
     CHECK(why.find(argument) == 0);
@@ -206,6 +206,42 @@ TEST_CASE("chunked api: single rounding: named, bf16/fp16 only, not with the deb
   CHECK(a.value_tile == b.value_tile);
   CHECK(a.split_chunks == b.split_chunks);
   CHECK(a.long_value_tile == b.long_value_tile);
+}
+
+TEST_CASE("chunked api: the fused schedule: where the plan takes it, and a bad value rejected", "[chunked][api]") {
+  CHECK(ChunkedOptions{}.schedule == ChunkedSchedule::automatic);
+  // bf16, K 128 at value tile 128, unsplit: the automatic schedule fuses; two_pass does not.
+  Problem p = base();
+  ChunkedOptions wide;
+  wide.value_tile = 128;
+  wide.split_chunks = 0;
+  CHECK(chunked_plan(p, wide, 132).fused);
+  ChunkedOptions separate = wide;
+  separate.schedule = ChunkedSchedule::two_pass;
+  CHECK_FALSE(chunked_plan(p, separate, 132).fused);
+  ChunkedOptions single = wide;  // the single rounding has its fused instance too
+  single.rounding = ChunkedRounding::single;
+  CHECK(chunked_plan(p, single, 132).fused);
+  // Not fused: fp16 and fp32 inputs, K <= 64, another value tile, the sequence split.
+  for (DType dtype : {DType::f16, DType::f32}) {
+    Problem other = p;
+    other.input_dtype = dtype;
+    ChunkedOptions o = wide;
+    if (dtype == DType::f32) o.value_tile = 32;
+    CHECK_FALSE(chunked_plan(other, o, 132).fused);
+  }
+  Problem narrow_keys = Problem::packed({5, 64, 0, 130}, 2, 4, 64, 128);
+  narrow_keys.input_dtype = DType::bf16;
+  CHECK_FALSE(chunked_plan(narrow_keys, wide, 132).fused);
+  ChunkedOptions tile64 = wide;
+  tile64.value_tile = 64;
+  CHECK_FALSE(chunked_plan(p, tile64, 132).fused);
+  ChunkedOptions split = wide;
+  split.split_chunks = 1;
+  CHECK_FALSE(chunked_plan(p, split, 132).fused);
+  ChunkedOptions bad;
+  bad.schedule = static_cast<ChunkedSchedule>(5);
+  require_rejected(base(), "schedule", bad);
 }
 
 TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[chunked][api]") {

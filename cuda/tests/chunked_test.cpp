@@ -104,7 +104,7 @@ TEST_CASE("chunked: sequences of 0, 1, 63, 64, 65, 127, 128, 129, 200 tokens in 
 // pins it: the boundary pack (every length class, h0 and hT, a reset and strong decay in the
 // gates) through it must be within budget and give BV 64's bits, and it is the small target the
 // device script runs compute-sanitizer on ("[transposed]").
-TEST_CASE("chunked: the transposed BV 128 pass (bf16, K 128) is within budget and gives BV 64's bits",
+TEST_CASE("chunked: the transposed BV 128 pass (bf16, K 128), fused and two-pass, within budget with BV 64's bits",
           "[gpu][chunked][transposed]") {
   int failures = 0;
   for (const fuzz::GateRegime regime : {fuzz::GateRegime::mild, fuzz::GateRegime::strong}) {
@@ -118,7 +118,11 @@ TEST_CASE("chunked: the transposed BV 128 pass (bf16, K 128) is within budget an
     // HV 4 x V 256 / 16 = 64 blocks: the default would split by the heads; this test is of the
     // unsplit output pass.
     wide.split_chunks = narrow.split_chunks = 0;
-    ChunkedPrefillKernel transposed(wide), reference_tile(narrow);
+    // The fused forward (its producer warpgroup computes the records) and the two-pass one.
+    ChunkedOptions two_pass = wide;
+    wide.schedule = ChunkedSchedule::fused;
+    two_pass.schedule = ChunkedSchedule::two_pass;
+    ChunkedPrefillKernel transposed(wide), reference_tile(narrow), separate(two_pass);
     REQUIRE(transposed.supports(p, nullptr));
     Outputs<double> actual;
     const oracle::Verdict v = judge(transposed, "transposed BV 128", p, inputs, &actual);
@@ -131,7 +135,11 @@ TEST_CASE("chunked: the transposed BV 128 pass (bf16, K 128) is within budget an
     }
     if (!outputs_bits_equal(actual, reference_tile.run(p, inputs))) {
       ++failures;
-      FAIL_CHECK("BV 128 and BV 64 differ in bits, regime " << fuzz::gate_regime_name(regime));
+      FAIL_CHECK("BV 128 (fused) and BV 64 differ in bits, regime " << fuzz::gate_regime_name(regime));
+    }
+    if (!outputs_bits_equal(actual, separate.run(p, inputs))) {
+      ++failures;
+      FAIL_CHECK("BV 128 fused and two-pass differ in bits, regime " << fuzz::gate_regime_name(regime));
     }
   }
   CHECK(failures == 0);
