@@ -274,7 +274,8 @@ ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int mult
   // The fused forward is the transposed instance with a producer warpgroup (ChunkedSchedule).
   const bool fusable = p.input_dtype == DType::bf16 && p.K > 64 && best.value_tile == 128 && best.split_chunks == 0 &&
                        best.long_value_tile == 0 && !options.debug;
-  best.fused = fusable && options.schedule != ChunkedSchedule::two_pass;
+  // Not the automatic choice yet: its producer is slower than the prepass (ChunkedSchedule).
+  best.fused = fusable && options.schedule == ChunkedSchedule::fused;
   return best;
 }
 

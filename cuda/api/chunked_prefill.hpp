@@ -82,7 +82,9 @@ struct ChunkedDebug {
 enum class ChunkedRounding { split, single };
 
 // How the launch is scheduled.
-//   automatic (default): fused where it runs (below), else two_pass.
+//   automatic (default): the faster of the two where both run. For now two_pass everywhere: the
+//     fused forward's producer takes longer per chunk than the state warpgroups (measured:
+//     reports/results/h100/fused_forward), so fused is named, not chosen.
 //   two_pass: the prepass kernel writes each (chunk, value head)'s record (T, P, the gate
 //     scalars: about 26 KB at bf16) to the workspace, and the state kernel reads it back.
 //   fused: one state kernel whose third warpgroup computes each chunk's record in shared memory

@@ -30,6 +30,7 @@
 #ifdef GDN_CHUNKED_PHASE_CLOCK
 namespace gdn::cuda::detail {
 cudaError_t chunked_phase_clock_bf16(long long* host);
+cudaError_t chunked_fused_clock_bf16(long long* host);
 }
 #endif
 
@@ -182,17 +183,24 @@ void BM_chunked_single(benchmark::State& state) {
   options.rounding = ChunkedRounding::single;
   run_chunked(state, options);
 }
-// The defaults and single rounding with ChunkedSchedule::two_pass: the prepass and the state
-// kernel where the default runs the fused forward (what fusing is worth, in the same run).
-void BM_chunked_two_pass(benchmark::State& state) {
+// The defaults and single rounding with ChunkedSchedule::fused where it runs (bf16 at value tile
+// 128, unsplit: shapes 0, 2 and 5), beside the default rows (the prepass and the state kernel):
+// what fusing is worth, in the same run.
+void BM_chunked_fused(benchmark::State& state) {
   ChunkedOptions options;
-  options.schedule = ChunkedSchedule::two_pass;
+  options.schedule = ChunkedSchedule::fused;
+  options.value_tile = 128;
+  options.split_chunks = 0;
+  options.long_value_tile = -1;
   run_chunked(state, options);
 }
-void BM_chunked_single_two_pass(benchmark::State& state) {
+void BM_chunked_single_fused(benchmark::State& state) {
   ChunkedOptions options;
   options.rounding = ChunkedRounding::single;
-  options.schedule = ChunkedSchedule::two_pass;
+  options.schedule = ChunkedSchedule::fused;
+  options.value_tile = 128;
+  options.split_chunks = 0;
+  options.long_value_tile = -1;
   run_chunked(state, options);
 }
 // Single rounding with a given tile and split (0: unsplit), one V tile: where its shorter
@@ -298,6 +306,31 @@ void run_chunked(benchmark::State& state, ChunkedOptions options, DType dtype) {
       std::fprintf(stderr, " chunk:%.0f (%d chunks)\n", used ? chunk_sum / used : 0.0, used);
     }
   }
+  if (plan.fused) {
+    // The fused forward's block 0: mean cycles of each step over chunks 4 .. 62, producer
+    // (0 -> 8 wait, 8 -> 9 zero, 9 -> 1 .. 6 -> 7 prepare_chunk's phases, 7 -> 10 hand-over)
+    // and first consumer (11 -> 12 Q K V, 12 -> 13 record, 13 -> 14 the chunk), and periods.
+    constexpr int chunks = 64, points = 16;
+    std::vector<long long> st(chunks * points);
+    check_cuda(detail::chunked_fused_clock_bf16(st.data()), "fused clock");
+    const int steps[][2] = {{0, 8}, {8, 9}, {9, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 10},
+                            {11, 12}, {12, 13}, {13, 14}};
+    std::fprintf(stderr, "fused_clock %s rounding %d:", shape.name, int(options.rounding));
+    int used = 0;
+    for (int c = 4; c + 1 < chunks && st[(c + 1) * points] != 0; ++c) ++used;
+    for (const auto& step : steps) {
+      double sum = 0;
+      for (int c = 4; c < 4 + used; ++c) sum += double(st[c * points + step[1]] - st[c * points + step[0]]);
+      std::fprintf(stderr, " %d-%d:%.0f", step[0], step[1], used ? sum / used : 0.0);
+    }
+    double producer = 0, consumer = 0;
+    for (int c = 4; c < 4 + used; ++c) {
+      producer += double(st[(c + 1) * points] - st[c * points]);
+      consumer += double(st[(c + 1) * points + 11] - st[c * points + 11]);
+    }
+    std::fprintf(stderr, " producer_period:%.0f consumer_period:%.0f (%d chunks)\n", used ? producer / used : 0.0,
+                 used ? consumer / used : 0.0, used);
+  }
 #endif
   cudaFree(options.workspace);
   cudaStreamDestroy(stream);
@@ -335,12 +368,18 @@ void every_shape(benchmark::internal::Benchmark* b) {
       ->Unit(benchmark::kMillisecond);
 }
 
+// The shapes whose default runs value tile 128 unsplit (K = V = 128, bf16): where the fused
+// forward applies.
+void fused_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"shape"})->Arg(0)->Arg(2)->Arg(5)->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
+}
+
 }  // namespace
 
 BENCHMARK(BM_chunked_default)->Apply(every_shape);
 BENCHMARK(BM_chunked_single)->Apply(every_shape);
-BENCHMARK(BM_chunked_two_pass)->Apply(every_shape);
-BENCHMARK(BM_chunked_single_two_pass)->Apply(every_shape);
+BENCHMARK(BM_chunked_fused)->Apply(fused_shapes);
+BENCHMARK(BM_chunked_single_fused)->Apply(fused_shapes);
 BENCHMARK(BM_chunked_f16_default)->Apply(every_shape);
 BENCHMARK(BM_chunked_f16_single)->Apply(every_shape);
 // 1 x 32768 (shape 1) and H2 HV8 1 x 32768 (shape 3) at other tiles and splits.

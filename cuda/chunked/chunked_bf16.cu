@@ -29,5 +29,10 @@ namespace gdn::cuda::detail {
 cudaError_t chunked_phase_clock_bf16(long long* host) {
   return cudaMemcpyFromSymbol(host, chunked::phase_clock, sizeof(chunked::phase_clock));
 }
+// The fused forward's stamps of its last launch (chunked_wgmma_transposed.cuh): kPhaseChunks
+// chunks x kFusedClockPoints points.
+cudaError_t chunked_fused_clock_bf16(long long* host) {
+  return cudaMemcpyFromSymbol(host, chunked::fused_clock, sizeof(chunked::fused_clock));
+}
 }  // namespace gdn::cuda::detail
 #endif

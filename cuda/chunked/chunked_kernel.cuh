@@ -864,10 +864,15 @@ struct PrepSmem {
 // is computed by the same operations in the same order whatever WARPS is (4 warps take the
 // column halves of phase 1 and the row groups of the norms one after another), so that the
 // records are the same bits either way.
-template <class E, int KP, int HEADS, int WARPS, class RecordOf, class Sync>
+// stamp(point) marks the end of each phase (1 to 7: norms, A and P, diagonal blocks, three merge
+// levels, records) for a profiling build's phase clock; a no-op otherwise.
+struct NoStamp {
+  __device__ void operator()(int) const {}
+};
+template <class E, int KP, int HEADS, int WARPS, class RecordOf, class Sync, class Stamp = NoStamp>
 __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const PrepSmem<E>& sm, RecordOf record_of, int j0,
                                               int c, const GateInputs& gates, float A_log, float dt_bias,
-                                              std::int64_t debug_chunk, int tid, Sync sync) {
+                                              std::int64_t debug_chunk, int tid, Sync sync, Stamp stamp = {}) {
   using L = PrepPlan<E, KP, HEADS>;
   static_assert(WARPS == 8 || (WARPS == 4 && HEADS == 1), "8 warps, or 4 for one head");
   constexpr int ldk = L::ldk, ldf = L::ldf, kWThreads = 32 * WARPS;
@@ -1015,7 +1020,7 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
 #if GDN_KERNEL_FAULTS
   if (!GDN_PLANTED(p, chunked_prepass_barrier_removed))
 #endif
-  sync();
+  sync(); stamp(1);
   if constexpr (L::live_keys) {
     // Read next by the records, several barriers on: this warp's e_end, decay and scale only.
     if (scanner)
@@ -1087,7 +1092,7 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
       }
     }
   }
-  sync();
+  sync(); stamp(2);
 
   // --- phase 2: T = (I + A)^-1, diagonal 16 x 16 blocks (warps 0-3: head 0, 4-7: head 1) -------
   if (hw < 4 && my_head < heads && lane < 16) {
@@ -1105,7 +1110,7 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
 #pragma unroll
     for (int i = 0; i < 16; ++i) Th[(16 * b + i) * ldf + 16 * b + col] = tcol[i];
   }
-  sync();
+  sync(); stamp(3);
 
   // --- phase 3: block merges T_ij = -T_ii Y_ij, Y_ij = sum_{k=j}^{i-1} A_ik T_kj --------------------
   // Three levels, each warp of a head busy at each: the terms of Y whose T_kj is already known
@@ -1190,7 +1195,7 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
       accumulate(2, 0, 0, 1, y);
     }
   }
-  sync();
+  sync(); stamp(4);
   if (merger) {  // level 2
     if (hw == 3) {
       accumulate(2, 0, 1, 2, y);
@@ -1206,12 +1211,12 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
       accumulate(3, 0, 0, 2, y);
     }
   }
-  sync();
+  sync(); stamp(5);
   if (merger && hw == 0) {  // level 3
     accumulate(3, 0, 2, 3, y);
     finish(3, 0, y);
   }
-  sync();
+  sync(); stamp(6);
 
   // --- the records of (g, j0 + head), and the debug A, T -------------------------------------------
   for (int head = 0; head < heads; ++head) {
@@ -1269,6 +1274,7 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
       gs[5 * kC + tid] = tid == 0 ? *chunk_decay(head) : (tid == 1 && L::live_keys ? chunk_decay(head)[1] : 0.f);
     }
   }
+  stamp(7);
 }
 
 template <class E, int KP, int HEADS>

@@ -78,6 +78,25 @@ constexpr int kFusedConsumerRegisters = 224, kFusedProducerRegisters = 56;
 static_assert(2 * kFusedConsumerRegisters + kFusedProducerRegisters == 3 * (65536 / kFusedThreads / 8 * 8),
               "the warpgroups' registers are the entry allocation's");
 
+// Phase clock of the fused forward (profiling builds only, GDN_CHUNKED_PHASE_CLOCK): block 0's
+// producer (thread 256) stamps clock64() per chunk at points 0 (loop top), 8 (its Q K V landed),
+// 9 (tail rows zeroed), 1 to 7 (prepare_chunk's phases) and 10 (record handed over); its first
+// consumer thread (0) at 11 (loop top), 12 (Q K V landed), 13 (record landed), 14 (buffer
+// released). Read back with chunked_fused_clock_bf16 (chunked_bf16.cu); the benchmark prints it.
+constexpr int kFusedClockPoints = 16;
+#ifdef GDN_CHUNKED_PHASE_CLOCK
+static __device__ long long fused_clock[kPhaseChunks * kFusedClockPoints];
+#define GDN_FUSED_STAMP(thread, index, point)                                                       \
+  do {                                                                                               \
+    if (blockIdx.x == 0 && tid == (thread) && (index) < kPhaseChunks)                                \
+      fused_clock[(index) * kFusedClockPoints + (point)] = clock64();                                \
+  } while (0)
+#else
+#define GDN_FUSED_STAMP(thread, index, point) \
+  do {                                        \
+  } while (0)
+#endif
+
 // Shared memory: two buffers of Q, K, V and the record; each warpgroup's O staging tile; fused:
 // the producer's A, T and scalars (PrepPlan<E, KP, 1>'s tiles, prepare_chunk).
 template <class E, int KP, int BV, bool kFused = false>
@@ -192,9 +211,11 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
         const std::int64_t start = bos + std::int64_t(index) * kC;
         const int c = static_cast<int>(eos - start < kC ? eos - start : kC);
         const int b = index & 1;
+        GDN_FUSED_STAMP(256, index, 0);
         GateInputs gates;
         if (scanner) gates = load_gate_inputs(p, j, start, c, lane);
         ptx::bulk::wait(full + b, static_cast<unsigned>(index >> 1) & 1u);
+        GDN_FUSED_STAMP(256, index, 8);
         unsigned char* const Qb = smem + L::off_q + b * L::q_slot;
         unsigned char* const Kb = smem + L::off_k + b * L::q_slot;
         unsigned char* const Vb = smem + L::off_v + b * L::v_slot;
@@ -211,15 +232,18 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
           }
           sync();
         }
+        GDN_FUSED_STAMP(256, index, 9);
         PrepSmem<E> at = places;
         at.Qs = reinterpret_cast<const E*>(Qb);
         at.Ks = reinterpret_cast<const E*>(Kb);
-        prepare_chunk<E, KP, 1, 4>(p, at, [&](int) { return Wb; }, j, c, gates, A_log, dt_bias, 0, ptid, sync);
+        prepare_chunk<E, KP, 1, 4>(p, at, [&](int) { return Wb; }, j, c, gates, A_log, dt_bias, 0, ptid, sync,
+                                   [&](int point) { GDN_FUSED_STAMP(256, index, point); });
         // Every producer thread's stores (the record, the zeroed rows) before the consumers'
         // wgmma read them, and before the copies two chunks on overwrite them.
         ptx::fence_proxy_async_shared();
         sync();
         if (ptid == 0) ptx::bulk::arrive(ready + b);
+        GDN_FUSED_STAMP(256, index, 10);
       }
       return;
     }
@@ -295,8 +319,11 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     const float* const sc = reinterpret_cast<const float*>(Wc + L::w_off_scalar);
     // The scalars of tokens (2 q, 2 q + 1): beta, r_q, r_k, e_start, e_end.
     auto scalar2 = [&](int which, int token) { return *reinterpret_cast<const float2*>(sc + which * kC + token); };
+    if constexpr (kFused) GDN_FUSED_STAMP(0, chunk_index, 11);
     ptx::bulk::wait(full + buf, static_cast<unsigned>(chunk_index >> 1) & 1u);
+    if constexpr (kFused) GDN_FUSED_STAMP(0, chunk_index, 12);
     if constexpr (kFused) ptx::bulk::wait(ready + buf, static_cast<unsigned>(chunk_index >> 1) & 1u);
+    if constexpr (kFused) GDN_FUSED_STAMP(0, chunk_index, 13);
     if (!kFused && c < kC) {  // the next sequence's tokens: zeros (a sequence's last chunk only)
       zero_rows(Qc, KP / 64, c);
       zero_rows(Kc, KP / 64, c);
@@ -448,6 +475,7 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     // other warpgroup is done too.
     warpgroup_sync(group);
     if (second_release(buf) && chunk_index + 2 < chunks) issue_chunk(chunk_index + 2);
+    if constexpr (kFused) GDN_FUSED_STAMP(0, chunk_index, 14);
 
     // O^T through the warpgroup's staging tile, transposed by stmatrix into rows of tokens, then
     // 16-byte global stores of the chunk's rows.

@@ -43,16 +43,16 @@ std::string pack_diff(Implementation& kernel, const Problem& p, const Inputs& in
 std::string chunked_layout_diff(const ChunkedOptions& options, const Problem& p, const Inputs& inputs,
                                 const Outputs<double>& packed, std::int64_t long_after_tokens) {
   for (int tile : {16, 32, 64, 128}) {
-    // Tile 128 twice where the fused forward runs it (ChunkedSchedule): fused, then two_pass.
-    for (const ChunkedSchedule schedule : {ChunkedSchedule::automatic, ChunkedSchedule::two_pass}) {
-      if (schedule == ChunkedSchedule::two_pass && tile != 128) continue;
+    // Tile 128 twice where the fused forward runs it (ChunkedSchedule): as given, then fused.
+    for (const ChunkedSchedule schedule : {options.schedule, ChunkedSchedule::fused}) {
+      if (schedule == ChunkedSchedule::fused && (tile != 128 || options.schedule == ChunkedSchedule::fused)) continue;
       ChunkedOptions forced_options = options;
       forced_options.value_tile = tile;
       forced_options.schedule = schedule;
       ChunkedPrefillKernel forced(forced_options);
       if (!forced.supports(p, nullptr)) continue;
       if (!outputs_bits_equal(packed, forced.run(p, inputs)))
-        return "value tile " + std::to_string(tile) + (schedule == ChunkedSchedule::two_pass ? " (two pass)" : "") +
+        return "value tile " + std::to_string(tile) + (schedule == ChunkedSchedule::fused ? " (fused)" : "") +
                " changes bits";
     }
   }
