@@ -117,9 +117,10 @@ struct WgtPlan {
   // 16-byte reads for the global stores are conflict-free).
   static constexpr std::size_t o_tile = std::size_t(kC) * 64 * 2;
   static constexpr std::size_t off_o = off_w + 2 * w_slot;    // + group * o_tile
-  // One mbarrier per buffer for its copies, then (fused) one per buffer for its record.
+  // One mbarrier per buffer for its copies, then (fused) one per buffer for its record and one
+  // per buffer for its release by the state warpgroups.
   static constexpr std::size_t off_bar = off_o + 2 * o_tile;
-  static constexpr std::size_t off_release = off_bar + 4 * sizeof(std::uint64_t);
+  static constexpr std::size_t off_release = off_bar + 6 * sizeof(std::uint64_t);
   using Prep = PrepPlan<E, KP, 1>;
   static constexpr std::size_t off_prep = align128(off_release + 2 * sizeof(unsigned));  // A, T, scalars, live
   static constexpr std::size_t prep_bytes = kFused ? 2 * Prep::f_bytes + Prep::scalar_bytes + Prep::live_bytes : 0;
@@ -184,10 +185,18 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
   };
 
   std::uint64_t* const full = reinterpret_cast<std::uint64_t*>(smem + L::off_bar);
-  std::uint64_t* const ready = full + 2;  // fused: the producer's record of the buffer's chunk
+  // Fused: ready[b], the producer's record of buffer b's chunk (each producer thread arrives
+  // after its own stores and proxy fence); empty[b], the state warpgroups done with buffer b
+  // (each of their threads arrives after its last read), before the producer writes it again.
+  std::uint64_t* const ready = full + 2;
+  std::uint64_t* const empty = full + 4;
   unsigned* const released = reinterpret_cast<unsigned*>(smem + L::off_release);
   if (tid == 0) {
-    for (int b = 0; b < 4; ++b) ptx::bulk::barrier_init(full + b, 1);
+    for (int b = 0; b < 2; ++b) {
+      ptx::bulk::barrier_init(full + b, 1);
+      ptx::bulk::barrier_init(ready + b, 128);
+      ptx::bulk::barrier_init(empty + b, 256);
+    }
     released[0] = released[1] = 0u;
     ptx::bulk::fence_barrier_init();
   }
@@ -195,8 +204,8 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
   const int chunks = static_cast<int>((eos - bos + kC - 1) / kC);
   if constexpr (kFused) {
     if (group == 2) {
-      // The producer: chunk i's record into buffer i & 1 once its Q, K and V have landed. The
-      // buffer is free by then: its copies are issued only after both consumers released it.
+      // The producer: chunk i's record into buffer i & 1 once the state warpgroups are done with
+      // chunk i - 2 there (empty) and chunk i's Q, K and V have landed (full).
       ptx::setmaxnreg_dec<kFusedProducerRegisters>();
       using P1 = typename L::Prep;
       const int ptid = tid - 2 * 128;
@@ -214,6 +223,7 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
         GDN_FUSED_STAMP(256, index, 0);
         GateInputs gates;
         if (scanner) gates = load_gate_inputs(p, j, start, c, lane);
+        if (index >= 2) ptx::bulk::wait(empty + b, (static_cast<unsigned>(index >> 1) & 1u) ^ 1u);
         ptx::bulk::wait(full + b, static_cast<unsigned>(index >> 1) & 1u);
         GDN_FUSED_STAMP(256, index, 8);
         unsigned char* const Qb = smem + L::off_q + b * L::q_slot;
@@ -238,11 +248,12 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
         at.Ks = reinterpret_cast<const E*>(Kb);
         prepare_chunk<E, KP, 1, 4>(p, at, [&](int) { return Wb; }, j, c, gates, A_log, dt_bias, 0, ptid, sync,
                                    [&](int point) { GDN_FUSED_STAMP(256, index, point); });
-        // Every producer thread's stores (the record, the zeroed rows) before the consumers'
-        // wgmma read them, and before the copies two chunks on overwrite them.
+        // Each producer thread's stores (the record, the zeroed rows) before the consumers'
+        // wgmma read them and before the copies two chunks on overwrite them; then the scratch
+        // tiles are free for the next chunk once every producer thread is past them (sync).
         ptx::fence_proxy_async_shared();
+        ptx::bulk::arrive(ready + b);
         sync();
-        if (ptid == 0) ptx::bulk::arrive(ready + b);
         GDN_FUSED_STAMP(256, index, 10);
       }
       return;
@@ -473,6 +484,7 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     if constexpr (!kSingle) wg::fence_operand(vd_lo);
     // This warpgroup is done with the chunk's buffer: chunk index + 2 goes into it once the
     // other warpgroup is done too.
+    if constexpr (kFused) ptx::bulk::arrive(empty + buf);  // this thread's reads of the buffer are done
     warpgroup_sync(group);
     if (second_release(buf) && chunk_index + 2 < chunks) issue_chunk(chunk_index + 2);
     if constexpr (kFused) GDN_FUSED_STAMP(0, chunk_index, 14);
