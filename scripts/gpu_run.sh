@@ -22,9 +22,10 @@
 #             (FLA_FLASH_QLA=0) and, with --site, FlashQLA -> accuracy_chunked.json
 #   campaign  the CLI as a user runs it: `conformance` with every kernel, a `fuzz` campaign of the
 #             kernels, fla's functions generated / adapted / verified -> campaign/
-#   fuzz      the CLI's fuzz of every chunked mode (cuda.chunked_prefill, .split1, .single) on the
-#             kernel's own space (--preset chunked_prefill, V up to 256; bf16/fp16 for .split1 and
-#             .single, which take no fp32), --fuzz-seconds each, the modes side by side in 4
+#   fuzz      the CLI's fuzz of every chunked mode (cuda.chunked_prefill, .split1, .single and
+#             .bv128.unsplit.fused) on the kernel's own space (--preset chunked_prefill, V up to
+#             256; bf16/fp16 for .split1 and .single, which take no fp32; bf16 for the fused
+#             forward, which reports the cases it does not run as skipped), --fuzz-seconds each, the modes side by side in 4
 #             shards each; the cases come from --seed
 #             -> fuzz_chunked/<mode>.json and the failures' case files
 # --fuzz-seconds, --campaign-plan   the campaign's and the fuzz phase's fuzz time (150) and the
@@ -420,11 +421,12 @@ if has fuzz; then
   CLI=$BIN/gdn-testbed
   RAW=/tmp/fuzz_chunked
   rm -rf "$RAW" && mkdir -p "$RAW" "$SET/fuzz_chunked/failures"
-  MODES="cuda.chunked_prefill cuda.chunked_prefill.split1 cuda.chunked_prefill.single"
+  MODES="cuda.chunked_prefill cuda.chunked_prefill.split1 cuda.chunked_prefill.single cuda.chunked_prefill.bv128.unsplit.fused"
   log "fuzz: $MODES, ${FUZZ_SECONDS}s each, 4 shards each"
   for mode in $MODES; do
     DTYPES=""
     [ "$mode" != cuda.chunked_prefill ] && DTYPES="--dtypes bf16,f16"
+    [ "$mode" = cuda.chunked_prefill.bv128.unsplit.fused ] && DTYPES="--dtypes bf16"
     for i in 0 1 2 3; do
       timeout $((FUZZ_SECONDS + 90)) "$CLI" fuzz --impl "$mode" --seed $((SEED + 2000)) --seconds "$FUZZ_SECONDS" \
         --shard "$i/4" --preset chunked_prefill --max-V 256 --max-work 4e6 $DTYPES --max-failures 4 --quiet \

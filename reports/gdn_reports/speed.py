@@ -186,6 +186,8 @@ HEADLINE_FAMILIES = {
     "BM_decode": ("cuda.decode", {"graph": 1, "held": 1}),  # CUDA graph launch, device time alone
     "BM_chunked_default": ("cuda.chunked_prefill", {}),
     "BM_chunked_single": ("cuda.chunked_prefill.single", {}),
+    "BM_chunked_fused": ("cuda.chunked_prefill.bv128.unsplit.fused", {}),
+    "BM_chunked_single_fused": ("cuda.chunked_prefill.bv128.unsplit.fused.single", {}),
     "BM_backward": ("cuda.recurrent_prefill.backward", {}),
     "BM_backward_chunked": ("cuda.chunked_prefill.backward", {}),
 }
