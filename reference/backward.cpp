@@ -52,7 +52,7 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
   detail::RecurrenceGradients<Scalar> raw(problem);
   detail::RecurrenceGradients<Scalar> mag(with_m ? problem : Problem{});
 
-  Matrix<Scalar> S(K, V), Sd(K, V), dS(K, V), dSd(K, V), mS(K, V);
+  Matrix<Scalar> S(K, V), Sd(K, V), dS(K, V), dSd(K, V), mS(K, V), mdS(K, V);
   Vector<Scalar> qs(K), k(K), v(V), p(V), u(V), dO(V), du(V), dp(V), dk(K), dq(K);
   std::vector<Matrix<Scalar>> checkpoints, block;
 
@@ -87,7 +87,7 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
       // Reverse, from dhT (or zero).
       dS.setZero();
       if (backward.dhT.defined()) load_state<Scalar>(problem, backward.dhT.data(), n, j, dS);
-      if (with_m) mS = dS.cwiseAbs();
+      if (with_m) mdS = dS.cwiseAbs();
       for (std::int64_t b = static_cast<std::int64_t>(checkpoints.size()) - 1; b >= 0; --b) {
         const std::int64_t first = begin + b * stride, last = std::min(first + stride, begin + length);
         // The states before each token of the block, recomputed from its checkpoint.
@@ -124,23 +124,33 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
           raw.dbeta[at(i)] = du.dot(v - p);
           raw.dg[at(i)] = dSd.cwiseProduct(Sd).sum();      // the decay: d alpha * alpha
           if (with_m) {
-            // Term magnitudes of the last step that forms each gradient.
+            // Term magnitudes of the last step that forms each gradient (per token: the
+            // adjoint state dS enters with its value).
             mS = dS.cwiseAbs();
             const Vector<Scalar> mdu = mS.transpose() * k.cwiseAbs();
             Eigen::Map<Vector<Scalar>>(mag.dqs.data() + i * K, K) = S.cwiseAbs() * dO.cwiseAbs();
             Eigen::Map<Vector<Scalar>>(mag.dk.data() + i * K, K) =
                 mS * u.cwiseAbs() + Sd.cwiseAbs() * dp.cwiseAbs();
             Eigen::Map<Vector<Scalar>>(mag.dv.data() + i * V, V) = abs(beta) * mdu;
-            mag.dbeta[at(i)] = du.cwiseAbs().dot(v.cwiseAbs() + p.cwiseAbs());
+            // dbeta = du . (v - p) with du = dS^T k a K-term sum of this step: du enters with its
+            // terms' magnitude mdu (as in dv), not its value, which can cancel to far below them.
+            mag.dbeta[at(i)] = mdu.dot(v.cwiseAbs() + p.cwiseAbs());
             mag.dg[at(i)] = (mS + k.cwiseAbs() * dp.cwiseAbs().transpose()).cwiseProduct(Sd.cwiseAbs()).sum();
-            mS = alpha * (mS + k.cwiseAbs() * dp.cwiseAbs().transpose());
+            // dh0 is the adjoint state itself: a sum over every token of the sequence (each
+            // read qs dO^T and the write's k dp^T, decayed) and dhT, which can cancel to far
+            // below its terms while its rounding error, accumulated along the whole reverse
+            // sweep, scales with them. Its magnitude is therefore carried: the sum of the
+            // magnitudes of every term added to dS, not |dS| of the last step (which is the
+            // cancelled result itself). Linear in L, no growth: dp enters with its value.
+            mdS += qs.cwiseAbs() * dO.cwiseAbs().transpose();
+            mdS = alpha * (mdS + k.cwiseAbs() * dp.cwiseAbs().transpose());
           }
           dS = alpha * dSd;                                // to the state before token t
         }
       }
       if (problem.has_h0) {
         store_state(problem, dS, n, j, raw.dh0.data());
-        if (with_m) store_state(problem, mS, n, j, mag.dh0.data());
+        if (with_m) store_state(problem, mdS, n, j, mag.dh0.data());
       }
     }
   }

@@ -32,7 +32,10 @@ void validate_backward(const Problem& problem, const Inputs& inputs, const Backw
 // through the l2norm, GVA and gate chain rules with absolute values. A gradient can cancel to
 // far below the values it is made of (dg above all); rounding errors scale with these
 // magnitudes, not with the result, so budgets and comparisons are normwise relative to them
-// (docs/backward.md, "Comparing gradients").
+// (docs/backward.md, "Comparing gradients"). A sum formed in the step enters with its terms'
+// magnitude, never its cancelled value (du = dS^T k in dv and dbeta: |dS|^T |k|); dh0, the
+// adjoint state after the whole reverse sweep, with the magnitudes of every term the sweep
+// added to it (dhT and each token's read and write, decayed), not with |dh0|.
 template <class Scalar>
 Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inputs, const BackwardInputs& backward,
                                       Gradients<Scalar>* term_magnitudes = nullptr);

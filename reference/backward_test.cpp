@@ -110,6 +110,41 @@ TEST_CASE("a zero-length sequence passes dhT to dh0", "[reference][backward]") {
   }
 }
 
+// Term magnitudes are the magnitudes of the terms, never of a result that cancelled: rounding
+// errors scale with the terms (docs/backward.md, "Comparing gradients"). Two exact
+// cancellations by hand (K = 2, V = 1, scale 1, no l2norm, beta = 0, g = 0):
+// - dh0 = dS_0 = dhT + q_1 dO_1 + q_0 dO_0, a sum over the whole reverse sweep: with dhT = (1, 1),
+//   q_1 = (-2, 1), q_0 = (1, -2), dO = 1, dh0 = (0, 0) and its magnitude the sum of the terms'
+//   magnitudes (4, 4). The last step's |dS| alone is 0 (the cancelled sum): every rounding of
+//   the sweep would then be judged against 0 (the flaky pure-decay property, fuzz/backward).
+// - dbeta_t = du . (v - p) with du = dS^T k: at token 1, dS = dhT + q_1 dO_1 = (-1, 2) and
+//   k_1 = (2, 1) give du = 0, and its magnitude |dS|^T |k| = 4 times |v| = 3.
+TEST_CASE("term magnitudes do not cancel with the gradient", "[reference][backward]") {
+  Problem p = Problem::packed({2}, 1, 1, 2, 1);
+  p.scale = 1.0;
+  p.has_h0 = p.has_hT = true;
+  Inputs in;
+  in.q = HostTensor<double>({2, 1, 2});
+  in.q[0] = 1, in.q[1] = -2, in.q[2] = -2, in.q[3] = 1;
+  in.k = HostTensor<double>({2, 1, 2});
+  in.k[0] = 1, in.k[1] = 0, in.k[2] = 2, in.k[3] = 1;
+  in.v = HostTensor<double>({2, 1, 1}, 3.0);
+  in.g = HostTensor<double>({2, 1}, 0.0);
+  in.beta = HostTensor<double>({2, 1}, 0.0);
+  in.h0 = HostTensor<double>(p.state_shape(), 0.0);
+  BackwardInputs b;
+  b.dO = HostTensor<double>({2, 1, 1}, 1.0);
+  b.dhT = HostTensor<double>(p.state_shape(), 1.0);
+  Gradients<double> m;
+  const Gradients<double> g = reference::sequential_backward<double>(p, in, b, &m);
+  CHECK(g.dh0[0] == 0.0);
+  CHECK(g.dh0[1] == 0.0);
+  CHECK(m.dh0[0] == 4.0);
+  CHECK(m.dh0[1] == 4.0);
+  CHECK(g.dbeta[1] == 0.0);
+  CHECK(m.dbeta[1] == 12.0);
+}
+
 TEST_CASE("the backward rejects what it does not cover", "[reference][backward][negative]") {
   Problem p = Problem::packed({3, 2}, 1, 1, 2, 2);
   p.has_hT = true;
