@@ -96,6 +96,11 @@ oracle::Registry build() {
     e.make = [fused] { return std::make_unique<gdn::cuda::ChunkedPrefillKernel>(fused); };
     e.gpu = true;
     e.check_reproducibility = true;
+    // Not in the built-in conformance run: it takes 1 of its cases (bf16 with K > 64 and V a
+    // multiple of 128 is one), too few to judge it there. Its checks are the GPU suite's: the
+    // fused, two-pass and BV 64 bits on the boundary pack ([transposed]), the invariance
+    // property forcing it as a layout; and the CLI fuzz by name (scripts/gpu_run.sh).
+    e.in_conformance = false;
     registry.add(std::move(e));
   }
   {
