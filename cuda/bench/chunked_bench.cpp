@@ -186,23 +186,17 @@ void BM_chunked_single(benchmark::State& state) {
 // The defaults and single rounding with ChunkedSchedule::fused where it runs (bf16 at value tile
 // 128, unsplit: shapes 0, 2 and 5), beside the default rows (the prepass and the state kernel):
 // what fusing is worth, in the same run.
-void BM_chunked_fused(benchmark::State& state) {
+ChunkedOptions fused_options(ChunkedRounding rounding) {
   ChunkedOptions options;
+  options.rounding = rounding;
   options.schedule = ChunkedSchedule::fused;
   options.value_tile = 128;
   options.split_chunks = 0;
   options.long_value_tile = -1;
-  run_chunked(state, options);
+  return options;
 }
-void BM_chunked_single_fused(benchmark::State& state) {
-  ChunkedOptions options;
-  options.rounding = ChunkedRounding::single;
-  options.schedule = ChunkedSchedule::fused;
-  options.value_tile = 128;
-  options.split_chunks = 0;
-  options.long_value_tile = -1;
-  run_chunked(state, options);
-}
+void BM_chunked_fused(benchmark::State& state) { run_chunked(state, fused_options(ChunkedRounding::split)); }
+void BM_chunked_single_fused(benchmark::State& state) { run_chunked(state, fused_options(ChunkedRounding::single)); }
 // Single rounding with a given tile and split (0: unsplit), one V tile: where its shorter
 // chain moves the best configuration of the long sequences.
 void BM_chunked_single_at(benchmark::State& state) {
