@@ -83,8 +83,8 @@ oracle::Registry build() {
     registry.add(std::move(e));
   }
   {
-    // The fused forward forced (ChunkedSchedule::fused; the default takes it where it runs):
-    // bf16 with K > 64 at value tile 128, unsplit; other cases are reported unsupported.
+    // The fused forward (ChunkedSchedule::fused, named: the default runs two passes): bf16 with
+    // K > 64 at value tile 128, unsplit; other cases are reported unsupported.
     oracle::RegistryEntry e;
     gdn::cuda::ChunkedOptions fused;
     fused.value_tile = 128;

@@ -30,7 +30,8 @@
 // With two V tiles (ChunkedOptions::long_value_tile) the state kernel runs as two launches, the
 // second on a side stream forked from and joined to the caller's by events.
 // With the sequence split, two more before the state kernel: its affine pass over the segments
-// and the combine that chains their maps.
+// and the combine that chains their maps. ChunkedSchedule::fused enqueues two: the chunk offsets
+// and one state kernel that computes the records itself (no prepass, no records in the workspace).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

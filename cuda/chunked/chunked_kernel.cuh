@@ -21,8 +21,8 @@
 //                     copies of Q, K, V and bulk copies of the record). The bf16/fp16 kernel runs
 //                     its products on Hopper's warpgroup MMA (wgmma), two warpgroups each owning
 //                     half of the V tile.
-//   chunked_forward_wgt<..., kFused>  (ChunkedSchedule::fused, bf16 K 128 x BV 128 unsplit: the
-//                     default there) the two kernels in one: a third warpgroup runs the prepass of
+//   chunked_forward_wgt<..., kFused>  (ChunkedSchedule::fused, named, bf16 K 128 x BV 128
+//                     unsplit) the two kernels in one: a third warpgroup runs the prepass of
 //                     chunk i + 1 (prepare_chunk, the same function and bits as chunked_prepare's)
 //                     into the record buffer while the state's two warpgroups run chunk i, so
 //                     the records never go through global memory (chunked_wgmma_transposed.cuh).
