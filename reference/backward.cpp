@@ -52,8 +52,8 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
   detail::RecurrenceGradients<Scalar> raw(problem);
   detail::RecurrenceGradients<Scalar> mag(with_m ? problem : Problem{});
 
-  Matrix<Scalar> S(K, V), Sd(K, V), dS(K, V), dSd(K, V), mS(K, V), mdS(K, V);
-  Vector<Scalar> qs(K), k(K), v(V), p(V), u(V), dO(V), du(V), dp(V), dk(K), dq(K);
+  Matrix<Scalar> S(K, V), Sd(K, V), dS(K, V), dSd(K, V), mS(K, V), mdS(K, V), mSd(K, V), mdSd(K, V);
+  Vector<Scalar> qs(K), k(K), v(V), p(V), u(V), dO(V), du(V), dp(V), dk(K), dq(K), mp(V), mu(V), mdp(V);
   std::vector<Matrix<Scalar>> checkpoints, block;
 
   // The forward quantities of token t (value head j, query/key head h).
@@ -108,6 +108,7 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
           S.noalias() += k * u.transpose();
           dO = Eigen::Map<const Vector<double>>(backward.dO.data() + (t * HV + j) * V, V).template cast<Scalar>();
 
+          if (with_m) mS = dS.cwiseAbs() + qs.cwiseAbs() * dO.cwiseAbs().transpose();
           dS.noalias() += qs * dO.transpose();             // the read o = S^T qs
           dq.noalias() = S * dO;
           du.noalias() = dS.transpose() * k;               // the write S = Sd + k u^T
@@ -124,24 +125,35 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
           raw.dbeta[at(i)] = du.dot(v - p);
           raw.dg[at(i)] = dSd.cwiseProduct(Sd).sum();      // the decay: d alpha * alpha
           if (with_m) {
-            // Term magnitudes of the last step that forms each gradient (per token: the
-            // adjoint state dS enters with its value).
-            mS = dS.cwiseAbs();
+            // Term magnitudes of the last step that forms each gradient. The carried states (S
+            // before token t, dS after it) enter with their values; every sum this step forms
+            // enters with its terms' magnitude, never its value, which can cancel to far below
+            // them: the read dS + qs dO^T (mS), p = Sd^T k, u = beta (v - p), the state after
+            // the write S = Sd + k u^T (dq = S dO: K = 1, beta near 1 cancels S), du = dS^T k,
+            // dp = -beta du and dSd = dS + k dp^T.
+            mSd = Sd.cwiseAbs();
+            mp.noalias() = mSd.transpose() * k.cwiseAbs();
+            mu = abs(beta) * (v.cwiseAbs() + mp);
             const Vector<Scalar> mdu = mS.transpose() * k.cwiseAbs();
-            Eigen::Map<Vector<Scalar>>(mag.dqs.data() + i * K, K) = S.cwiseAbs() * dO.cwiseAbs();
-            Eigen::Map<Vector<Scalar>>(mag.dk.data() + i * K, K) =
-                mS * u.cwiseAbs() + Sd.cwiseAbs() * dp.cwiseAbs();
+            mdp = abs(beta) * mdu;
+            mdSd = mS;
+            mdSd.noalias() += k.cwiseAbs() * mdp.transpose();
+            Matrix<Scalar> mSw = mSd;
+            mSw.noalias() += k.cwiseAbs() * mu.transpose();
+            Eigen::Map<Vector<Scalar>>(mag.dqs.data() + i * K, K) = mSw * dO.cwiseAbs();
+            Eigen::Map<Vector<Scalar>>(mag.dk.data() + i * K, K) = mS * mu + mSd * mdp;
             Eigen::Map<Vector<Scalar>>(mag.dv.data() + i * V, V) = abs(beta) * mdu;
             // dbeta = du . (v - p) with du = dS^T k a K-term sum of this step: du enters with its
             // terms' magnitude mdu (as in dv), not its value, which can cancel to far below them.
-            mag.dbeta[at(i)] = mdu.dot(v.cwiseAbs() + p.cwiseAbs());
-            mag.dg[at(i)] = (mS + k.cwiseAbs() * dp.cwiseAbs().transpose()).cwiseProduct(Sd.cwiseAbs()).sum();
+            mag.dbeta[at(i)] = mdu.dot(v.cwiseAbs() + mp);
+            mag.dg[at(i)] = mdSd.cwiseProduct(mSd).sum();
             // dh0 is the adjoint state itself: a sum over every token of the sequence (each
             // read qs dO^T and the write's k dp^T, decayed) and dhT, which can cancel to far
             // below its terms while its rounding error, accumulated along the whole reverse
             // sweep, scales with them. Its magnitude is therefore carried: the sum of the
             // magnitudes of every term added to dS, not |dS| of the last step (which is the
-            // cancelled result itself). Linear in L, no growth: dp enters with its value.
+            // cancelled result itself). Linear in L, no growth: dp enters with its value (its
+            // rounding is relative to |dS|, a term already counted).
             mdS += qs.cwiseAbs() * dO.cwiseAbs().transpose();
             mdS = alpha * (mdS + k.cwiseAbs() * dp.cwiseAbs().transpose());
           }

@@ -33,7 +33,9 @@ void validate_backward(const Problem& problem, const Inputs& inputs, const Backw
 // far below the values it is made of (dg above all); rounding errors scale with these
 // magnitudes, not with the result, so budgets and comparisons are normwise relative to them
 // (docs/backward.md, "Comparing gradients"). A sum formed in the step enters with its terms'
-// magnitude, never its cancelled value (du = dS^T k in dv and dbeta: |dS|^T |k|); dh0, the
+// magnitude, never its cancelled value (the read dS + qs dO^T, p, u = beta (v - p), the state
+// after the write S = Sd + k u^T in dq, du = dS^T k, dp, dSd, and 1 - sigmoid(b) in db: 1 +
+// sigmoid(b)); the carried states (S before the token, dS after it) enter with their values; dh0, the
 // adjoint state after the whole reverse sweep, with the magnitudes of every term the sweep
 // added to it (dhT and each token's read and write, decayed), not with |dh0|.
 template <class Scalar>

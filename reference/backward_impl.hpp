@@ -149,7 +149,9 @@ Gradients<Scalar> finish_gradients(const Problem& p, const Inputs& in, const Rec
         if (with_m) {
           const Scalar mg = magnitude->dg[static_cast<std::size_t>(i)];
           m.da[i] = exp(A_log) * dsoftplus * mg;
-          m.db[i] = magnitude->dbeta[static_cast<std::size_t>(i)] * c * sb * (Scalar(1) - sb);
+          // 1 - sb is a sum formed here: it enters with its terms' magnitude 1 + sb, not its
+          // value, which cancels for large b (b = 6: 1 - sb = 2.5e-3 carries sb's rounding, u).
+          m.db[i] = magnitude->dbeta[static_cast<std::size_t>(i)] * c * sb * (Scalar(1) + sb);
           m.ddt_bias[j] += m.da[i];
           m.dA_log[j] += abs(g) * mg;
         }
