@@ -43,8 +43,8 @@ LD_LIBRARY_PATH=/tmp/bin timeout 80 /tmp/bin/cuda_chunked_bench_before --benchma
   --benchmark_out="$OUT/bench_chunked_before.json" --benchmark_out_format=json > "$OUT/bench_before.txt" 2>&1
 [ "$PEERS" = 1 ] && PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 100 python3 cuda/peers/fla_chunk.py --breakdown \
   --out "$OUT/peer_flash_qla_chunk.json" --commit "$COMMIT" > "$OUT/peer.txt" 2>&1
-# The CLI fuzz of every chunked mode (gpu_run.sh's fuzz phase) in the time the call has left.
-FUZZ=$((545 - SECONDS))
+# The CLI fuzz of every chunked mode (gpu_run.sh's fuzz phase) until DEADLINE seconds into the call.
+FUZZ=$((${DEADLINE:-545} - SECONDS))
 [ "$FUZZ" -ge 60 ] && bash scripts/gpu_run.sh --bin /tmp/bin --phases fuzz --fuzz-seconds "$FUZZ" --commit "$COMMIT" \
   --out "$OUT" > /tmp/fuzz.log 2>&1
 cat "$OUT/suite_sanitize.log"
