@@ -52,8 +52,8 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
   detail::RecurrenceGradients<Scalar> raw(problem);
   detail::RecurrenceGradients<Scalar> mag(with_m ? problem : Problem{});
 
-  Matrix<Scalar> S(K, V), Sd(K, V), dS(K, V), dSd(K, V), mS(K, V), mdS(K, V), mSd(K, V), mdSd(K, V);
-  Vector<Scalar> qs(K), k(K), v(V), p(V), u(V), dO(V), du(V), dp(V), dk(K), dq(K), mp(V), mu(V), mdp(V);
+  Matrix<Scalar> S(K, V), Sd(K, V), dS(K, V), dSd(K, V), mS(K, V), mdS(K, V), mSd(K, V), mdSd(K, V), mSw(K, V);
+  Vector<Scalar> qs(K), k(K), v(V), p(V), u(V), dO(V), du(V), dp(V), dk(K), dq(K), mp(V), mu(V), mdp(V), mdu(V);
   std::vector<Matrix<Scalar>> checkpoints, block;
 
   // The forward quantities of token t (value head j, query/key head h).
@@ -134,11 +134,11 @@ Gradients<Scalar> sequential_backward(const Problem& problem, const Inputs& inpu
             mSd = Sd.cwiseAbs();
             mp.noalias() = mSd.transpose() * k.cwiseAbs();
             mu = abs(beta) * (v.cwiseAbs() + mp);
-            const Vector<Scalar> mdu = mS.transpose() * k.cwiseAbs();
+            mdu.noalias() = mS.transpose() * k.cwiseAbs();
             mdp = abs(beta) * mdu;
             mdSd = mS;
             mdSd.noalias() += k.cwiseAbs() * mdp.transpose();
-            Matrix<Scalar> mSw = mSd;
+            mSw = mSd;
             mSw.noalias() += k.cwiseAbs() * mu.transpose();
             Eigen::Map<Vector<Scalar>>(mag.dqs.data() + i * K, K) = mSw * dO.cwiseAbs();
             Eigen::Map<Vector<Scalar>>(mag.dk.data() + i * K, K) = mS * mu + mSd * mdp;

@@ -312,24 +312,34 @@ TEST_CASE("finite differences of the long double forward certify the backward", 
             << ", worst normwise relative error per case " << worst_relative << "\n";
 }
 
-// Long double certifies double: the double backward within the analytic relative bound at
-// double's u, relative to the term magnitudes.
+// Long double certifies double: the double backward's normwise difference from the long double
+// one (relative to the term magnitudes; `tensor`: the worst) and the analytic relative bound at
+// double's u that it must stay within.
+namespace {
+struct LongDoubleCheck {
+  double difference, allowed;
+  std::string tensor;
+};
+LongDoubleCheck long_double_check(const fuzz::Case& c) {
+  const Prepared r = prepare(c);
+  const Gradients<double> d = reference::sequential_backward<double>(r.p, r.in, r.b);
+  const Gradients<double> ld = reference::sequential_backward<LD>(r.p, r.in, r.b).cast<double>();
+  LongDoubleCheck check{0, 0, {}};
+  check.difference = fuzz::gradient_difference(ld, d, fuzz::gradient_scale(r.p, r.in, r.b), &check.tensor);
+  check.allowed = oracle::analytic_relative_bound(r.p, r.in, Formulation::sequential, 64, false);
+  return check;
+}
+}  // namespace
+
 TEST_CASE("the double backward equals the long double backward", "[reference][backward][long_double]") {
   double worst = 0, worst_margin = 0;
   fuzz::rc_section("sequential_backward<double> == sequential_backward<long double>", [&]() {
     fuzz::CaseSpace space = fuzz::backward_space(fuzz::CaseSpace::chunked(64));
     space.max_work = 3e5;
-    const fuzz::Case c = *fuzz::gen_case(space);
-    const Prepared r = prepare(c);
-    const Gradients<double> d = reference::sequential_backward<double>(r.p, r.in, r.b);
-    const Gradients<double> ld = reference::sequential_backward<LD>(r.p, r.in, r.b).cast<double>();
-    const fuzz::GradientScale scale = fuzz::gradient_scale(r.p, r.in, r.b);
-    std::string tensor;
-    const double difference = fuzz::gradient_difference(ld, d, scale, &tensor);
-    const double allowed = oracle::analytic_relative_bound(r.p, r.in, Formulation::sequential, 64, false);
-    worst = std::max(worst, difference);
-    worst_margin = std::max(worst_margin, difference / allowed);
-    RC_ASSERT(difference <= allowed);
+    const LongDoubleCheck check = long_double_check(*fuzz::gen_case(space));
+    worst = std::max(worst, check.difference);
+    worst_margin = std::max(worst_margin, check.difference / check.allowed);
+    RC_ASSERT(check.difference <= check.allowed);
   }, 200);
   std::cout << "  double vs long double backward: worst relative difference " << worst << ", worst margin "
             << worst_margin << "\n";
@@ -373,15 +383,10 @@ TEST_CASE("the double backward equals the long double backward: counterexamples"
       make(2, DType::bf16, DType::bf16, true, true, true, R::strong, 3543878866044761944ull),    // da
   };
   for (const fuzz::Case& c : cases) {
-    const Prepared r = prepare(c);
-    const Gradients<double> d = reference::sequential_backward<double>(r.p, r.in, r.b);
-    const Gradients<double> ld = reference::sequential_backward<LD>(r.p, r.in, r.b).cast<double>();
-    std::string tensor;
-    const double difference = fuzz::gradient_difference(ld, d, fuzz::gradient_scale(r.p, r.in, r.b), &tensor);
-    const double allowed = oracle::analytic_relative_bound(r.p, r.in, Formulation::sequential, 64, false);
-    INFO(c << ": worst " << tensor << ", margin " << difference / allowed);
-    CHECK(difference <= allowed);
-    CHECK(difference / allowed < 0.1);
+    const LongDoubleCheck check = long_double_check(c);
+    INFO(c << ": worst " << check.tensor << ", margin " << check.difference / check.allowed);
+    CHECK(check.difference <= check.allowed);
+    CHECK(check.difference / check.allowed < 0.1);
   }
 }
 
