@@ -208,41 +208,57 @@ TEST_CASE("chunked api: single rounding: named, bf16/fp16 only, not with the deb
   CHECK(a.long_value_tile == b.long_value_tile);
 }
 
-TEST_CASE("chunked api: the fused schedule: where the plan takes it, and a bad value rejected", "[chunked][api]") {
+TEST_CASE("chunked api: the fused schedule and lean records: where the plan takes them", "[chunked][api]") {
   CHECK(ChunkedOptions{}.schedule == ChunkedSchedule::automatic);
-  // bf16, K 128 at value tile 128, unsplit: fused when asked for; the automatic schedule and
-  // two_pass run the prepass (the fused producer is the slower for now).
+  // bf16, K 128 at value tile 128, unsplit, one V tile: fused when asked for (the automatic
+  // schedule and two_pass run the prepass: the fused producer is the slower for now); the
+  // two-pass launches there have lean records (every reader is the transposed instance), the
+  // fused one none in the workspace at all.
+  auto plans = [](const Problem& problem, const ChunkedOptions& options, bool fused, bool lean) {
+    const ChunkedPlan plan = chunked_plan(problem, options, 132);
+    CHECK(plan.fused == fused);
+    CHECK(plan.lean_records == lean);
+  };
   Problem p = base();
   ChunkedOptions automatic;
   automatic.value_tile = 128;
   automatic.split_chunks = 0;
-  CHECK_FALSE(chunked_plan(p, automatic, 132).fused);
+  automatic.long_value_tile = -1;
+  plans(p, automatic, false, true);
   ChunkedOptions wide = automatic;
   wide.schedule = ChunkedSchedule::fused;
-  CHECK(chunked_plan(p, wide, 132).fused);
+  plans(p, wide, true, false);
   ChunkedOptions separate = wide;
   separate.schedule = ChunkedSchedule::two_pass;
-  CHECK_FALSE(chunked_plan(p, separate, 132).fused);
+  plans(p, separate, false, true);
   ChunkedOptions single = wide;  // the single rounding has its fused instance too
   single.rounding = ChunkedRounding::single;
-  CHECK(chunked_plan(p, single, 132).fused);
-  // Not fused: fp16 and fp32 inputs, K <= 64, another value tile, the sequence split.
+  plans(p, single, true, false);
+  ChunkedOptions single_two_pass = separate;
+  single_two_pass.rounding = ChunkedRounding::single;
+  plans(p, single_two_pass, false, true);
+  // Neither: fp16 and fp32 inputs, K <= 64, another value tile, the sequence split, two V tiles
+  // (one prepass for the transposed instance and another: full records).
   for (DType dtype : {DType::f16, DType::f32}) {
     Problem other = p;
     other.input_dtype = dtype;
     ChunkedOptions o = wide;
     if (dtype == DType::f32) o.value_tile = 32;
-    CHECK_FALSE(chunked_plan(other, o, 132).fused);
+    plans(other, o, false, false);
   }
   Problem narrow_keys = Problem::packed({5, 64, 0, 130}, 2, 4, 64, 128);
   narrow_keys.input_dtype = DType::bf16;
-  CHECK_FALSE(chunked_plan(narrow_keys, wide, 132).fused);
+  plans(narrow_keys, wide, false, false);
   ChunkedOptions tile64 = wide;
   tile64.value_tile = 64;
-  CHECK_FALSE(chunked_plan(p, tile64, 132).fused);
+  plans(p, tile64, false, false);
   ChunkedOptions split = wide;
   split.split_chunks = 1;
-  CHECK_FALSE(chunked_plan(p, split, 132).fused);
+  plans(p, split, false, false);
+  ChunkedOptions two = separate;
+  two.long_value_tile = 64;
+  CHECK(chunked_plan(p, two, 132).long_value_tile == 64);
+  plans(p, two, false, false);
   ChunkedOptions bad;
   bad.schedule = static_cast<ChunkedSchedule>(5);
   require_rejected(base(), "schedule", bad);
