@@ -8,6 +8,8 @@
 # 0.6's frontend (kernel names in its breakdown), warmed up in the background while the tests run;
 # then the CLI fuzz of every chunked mode (scripts/gpu_run.sh --phases fuzz) for the seconds the
 # call has left.
+# Brings back at most 6 files: suite_sanitize.log (device, tests, sanitizers, warm-up), the three
+# benchmark JSONs, and the fuzz phase's run.log and results archive.
 # Carries .carry/call_e.tar.xz (cuda_gpu_tests, cuda_chunked_bench, cuda_chunked_bench_before,
 # gdn-testbed, libbenchmark: one xz stream, as scripts/pack.sh makes them) and, for PEERS=1,
 # .carry-py/site.tar.xz (python/gpu/pack_site.sh).
@@ -20,13 +22,14 @@ tar -C /tmp/bin -xJf .carry/call_e.tar.xz
 PEERS=${PEERS:-0}
 [ "$PEERS" = 1 ] && tar -C /tmp/site -xJf .carry-py/site.tar.xz
 export TILELANG_CACHE_DIR=/tmp/tl_cache TRITON_CACHE_DIR=/tmp/triton_cache
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit $COMMIT"; } > "$OUT/device.txt"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit $COMMIT"; } > /tmp/device.txt
 WARM=""
 if [ "$PEERS" = 1 ]; then
   (PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 220 python3 cuda/peers/fla_chunk.py --warmup > /tmp/warm.log 2>&1) &
   WARM=$!
 fi
 {
+  cat /tmp/device.txt
   echo "== [transposed]"; timeout 60 /tmp/bin/cuda_gpu_tests "[transposed]" 2>&1 | tail -3
   echo "== [chunked][invariance] 60"; timeout 70 /tmp/bin/cuda_gpu_tests --cases 60 "[chunked][invariance]" 2>&1 | tail -3
   echo "== [chunked][conformance] 100"; timeout 70 /tmp/bin/cuda_gpu_tests --cases 100 "[chunked][conformance]" 2>&1 | tail -3
@@ -35,20 +38,20 @@ fi
     /tmp/bin/cuda_gpu_tests "[transposed]" > /tmp/race.log 2>&1; echo "exit $?"
   grep -E "SUMMARY" /tmp/race.log; grep -m 8 -E "hazard detected|Thread" /tmp/race.log | cut -c 1-220
 } > "$OUT/suite_sanitize.log" 2>&1
-[ -n "$WARM" ] && { wait $WARM; tail -2 /tmp/warm.log > "$OUT/warm.log"; }
+[ -n "$WARM" ] && { wait $WARM; { echo "== warm-up"; tail -2 /tmp/warm.log; } >> "$OUT/suite_sanitize.log"; }
 FILTER='BM_chunked_(default|single|fused)/'
 LD_LIBRARY_PATH=/tmp/bin timeout 80 /tmp/bin/cuda_chunked_bench --benchmark_filter="$FILTER" \
-  --benchmark_out="$OUT/bench_chunked.json" --benchmark_out_format=json > "$OUT/bench.txt" 2>&1
+  --benchmark_out="$OUT/bench_chunked.json" --benchmark_out_format=json > /tmp/bench.txt 2>&1
 LD_LIBRARY_PATH=/tmp/bin timeout 80 /tmp/bin/cuda_chunked_bench_before --benchmark_filter="$FILTER" \
-  --benchmark_out="$OUT/bench_chunked_before.json" --benchmark_out_format=json > "$OUT/bench_before.txt" 2>&1
+  --benchmark_out="$OUT/bench_chunked_before.json" --benchmark_out_format=json > /tmp/bench_before.txt 2>&1
 [ "$PEERS" = 1 ] && PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 100 python3 cuda/peers/fla_chunk.py --breakdown \
-  --out "$OUT/peer_flash_qla_chunk.json" --commit "$COMMIT" > "$OUT/peer.txt" 2>&1
+  --out "$OUT/peer_flash_qla_chunk.json" --commit "$COMMIT" > /tmp/peer.txt 2>&1
 # The CLI fuzz of every chunked mode (gpu_run.sh's fuzz phase) until DEADLINE seconds into the call.
 FUZZ=$((${DEADLINE:-545} - SECONDS))
 [ "$FUZZ" -ge 60 ] && bash scripts/gpu_run.sh --bin /tmp/bin --phases fuzz --fuzz-seconds "$FUZZ" --commit "$COMMIT" \
   --out "$OUT" > /tmp/fuzz.log 2>&1
 cat "$OUT/suite_sanitize.log"
 grep -E "merge exit|failures|cases" "$OUT/run.log" | head -20
-echo "== after"; grep -E "^BM_" "$OUT/bench.txt" | awk '{print $1, $2, $3}'
-echo "== before"; grep -E "^BM_" "$OUT/bench_before.txt" | awk '{print $1, $2, $3}'
-[ "$PEERS" = 1 ] && { echo "== FlashQLA"; grep -E '"ms"' "$OUT/peer.txt" | cut -c 1-120; }
+echo "== after"; grep -E "^BM_" /tmp/bench.txt | awk '{print $1, $2, $3}'
+echo "== before"; grep -E "^BM_" /tmp/bench_before.txt | awk '{print $1, $2, $3}'
+[ "$PEERS" = 1 ] && { echo "== FlashQLA"; grep -E '"ms"' /tmp/peer.txt | cut -c 1-120; }
