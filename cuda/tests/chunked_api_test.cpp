@@ -208,60 +208,86 @@ TEST_CASE("chunked api: single rounding: named, bf16/fp16 only, not with the deb
   CHECK(a.long_value_tile == b.long_value_tile);
 }
 
-TEST_CASE("chunked api: the fused schedule and lean records: where the plan takes them", "[chunked][api]") {
+TEST_CASE("chunked api: the fused schedule: where the plan takes it, and a bad value rejected", "[chunked][api]") {
   CHECK(ChunkedOptions{}.schedule == ChunkedSchedule::automatic);
-  // bf16, K 128 at value tile 128, unsplit, one V tile: fused when asked for (the automatic
-  // schedule and two_pass run the prepass: the fused producer is the slower for now); the
-  // two-pass launches there have lean records (every reader is the transposed instance), the
-  // fused one none in the workspace at all.
-  auto plans = [](const Problem& problem, const ChunkedOptions& options, bool fused, bool lean) {
-    const ChunkedPlan plan = chunked_plan(problem, options, 132);
-    CHECK(plan.fused == fused);
-    CHECK(plan.lean_records == lean);
-  };
+  // bf16, K 128 at value tile 128, unsplit: fused when asked for; the automatic schedule and
+  // two_pass run the prepass (the fused producer is the slower for now).
   Problem p = base();
   ChunkedOptions automatic;
   automatic.value_tile = 128;
   automatic.split_chunks = 0;
-  automatic.long_value_tile = -1;
-  plans(p, automatic, false, true);
+  CHECK_FALSE(chunked_plan(p, automatic, 132).fused);
   ChunkedOptions wide = automatic;
   wide.schedule = ChunkedSchedule::fused;
-  plans(p, wide, true, false);
+  CHECK(chunked_plan(p, wide, 132).fused);
   ChunkedOptions separate = wide;
   separate.schedule = ChunkedSchedule::two_pass;
-  plans(p, separate, false, true);
+  CHECK_FALSE(chunked_plan(p, separate, 132).fused);
   ChunkedOptions single = wide;  // the single rounding has its fused instance too
   single.rounding = ChunkedRounding::single;
-  plans(p, single, true, false);
-  ChunkedOptions single_two_pass = separate;
-  single_two_pass.rounding = ChunkedRounding::single;
-  plans(p, single_two_pass, false, true);
-  // Neither: fp16 and fp32 inputs, K <= 64, another value tile, the sequence split, two V tiles
-  // (one prepass for the transposed instance and another: full records).
+  CHECK(chunked_plan(p, single, 132).fused);
+  // Not fused: fp16 and fp32 inputs, K <= 64, another value tile, the sequence split.
   for (DType dtype : {DType::f16, DType::f32}) {
     Problem other = p;
     other.input_dtype = dtype;
     ChunkedOptions o = wide;
     if (dtype == DType::f32) o.value_tile = 32;
-    plans(other, o, false, false);
+    CHECK_FALSE(chunked_plan(other, o, 132).fused);
   }
   Problem narrow_keys = Problem::packed({5, 64, 0, 130}, 2, 4, 64, 128);
   narrow_keys.input_dtype = DType::bf16;
-  plans(narrow_keys, wide, false, false);
+  CHECK_FALSE(chunked_plan(narrow_keys, wide, 132).fused);
   ChunkedOptions tile64 = wide;
   tile64.value_tile = 64;
-  plans(p, tile64, false, false);
+  CHECK_FALSE(chunked_plan(p, tile64, 132).fused);
   ChunkedOptions split = wide;
   split.split_chunks = 1;
-  plans(p, split, false, false);
-  ChunkedOptions two = separate;
-  two.long_value_tile = 64;
-  CHECK(chunked_plan(p, two, 132).long_value_tile == 64);
-  plans(p, two, false, false);
+  CHECK_FALSE(chunked_plan(p, split, 132).fused);
   ChunkedOptions bad;
   bad.schedule = static_cast<ChunkedSchedule>(5);
   require_rejected(base(), "schedule", bad);
+}
+
+TEST_CASE("chunked api: lean records exactly where every output launch is the transposed tile", "[chunked][api]") {
+  // Lean records (no P; the output pass forms it) need every reader of the records to be the
+  // transposed instance: bf16, K > 64, value tile 128, unsplit, one V tile, no debug, two-pass.
+  Problem p = base();
+  ChunkedOptions wide;
+  wide.value_tile = 128;
+  wide.split_chunks = 0;
+  wide.long_value_tile = -1;
+  CHECK(chunked_plan(p, wide, 132).lean_records);
+  ChunkedOptions separate = wide;
+  separate.schedule = ChunkedSchedule::two_pass;
+  CHECK(chunked_plan(p, separate, 132).lean_records);
+  ChunkedOptions single = wide;
+  single.rounding = ChunkedRounding::single;
+  CHECK(chunked_plan(p, single, 132).lean_records);
+  ChunkedOptions fused = wide;  // the fused forward has no workspace records at all
+  fused.schedule = ChunkedSchedule::fused;
+  CHECK_FALSE(chunked_plan(p, fused, 132).lean_records);
+  ChunkedOptions tile64 = wide;
+  tile64.value_tile = 64;
+  CHECK_FALSE(chunked_plan(p, tile64, 132).lean_records);
+  ChunkedOptions split = wide;
+  split.split_chunks = 1;
+  CHECK_FALSE(chunked_plan(p, split, 132).lean_records);
+  for (DType dtype : {DType::f16, DType::f32}) {
+    Problem other = p;
+    other.input_dtype = dtype;
+    ChunkedOptions o = wide;
+    if (dtype == DType::f32) o.value_tile = 32;
+    CHECK_FALSE(chunked_plan(other, o, 132).lean_records);
+  }
+  Problem narrow_keys = Problem::packed({5, 64, 0, 130}, 2, 4, 64, 128);
+  narrow_keys.input_dtype = DType::bf16;
+  CHECK_FALSE(chunked_plan(narrow_keys, wide, 132).lean_records);
+  // Two V tiles share one prepass between the transposed instance and another: full records.
+  ChunkedOptions two = wide;
+  two.long_value_tile = 64;
+  const ChunkedPlan two_tiles = chunked_plan(p, two, 132);
+  CHECK(two_tiles.long_value_tile == 64);
+  CHECK_FALSE(two_tiles.lean_records);
 }
 
 TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[chunked][api]") {
