@@ -276,8 +276,6 @@ ChunkedPlan chunked_plan(const Problem& p, const ChunkedOptions& given, int mult
                        best.long_value_tile == 0 && !options.debug;
   // Not the automatic choice yet: its producer is slower than the prepass (ChunkedSchedule).
   best.fused = fusable && options.schedule == ChunkedSchedule::fused;
-  // Every output launch is the transposed instance: its records need no P (ChunkedPlan).
-  best.lean_records = fusable && !best.fused;
   return best;
 }
 
@@ -512,7 +510,6 @@ void chunked_prefill(const Problem& p, const DeviceTensors& t, cudaStream_t stre
   r.split_chunks = plan.split_chunks;
   r.single_rounding = options.rounding == ChunkedRounding::single ? 1 : 0;
   r.fused = plan.fused ? 1 : 0;
-  r.lean_records = plan.lean_records ? 1 : 0;
   r.affine_tiles = (p.K + value_tile - 1) / value_tile;
   r.segments = plan.segments;
   if (options.debug) {

@@ -181,10 +181,6 @@ struct ChunkedPlan {
   std::int64_t long_above_chunks = 0;
   // The fused forward (ChunkedSchedule): resolved from options.schedule and the plan above.
   bool fused = false;
-  // Lean records (two-pass bf16 at K > 64, value tile 128, unsplit, one V tile, no debug): the
-  // prepass writes no P and the output pass forms it from its Q and K tiles (a third less record
-  // traffic each way, the same bits). The fused forward's records are lean too (in shared memory).
-  bool lean_records = false;
 };
 // Resolves options.value_tile (0: automatic), options.split_chunks (kChunkedSplitAuto: the
 // cheaper of no split and segments of 4 to 128 chunks by the cost model) and

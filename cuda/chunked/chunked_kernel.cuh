@@ -11,9 +11,7 @@
 //                     the norms and the raw products K K^T, Q K^T, and runs its two inverses side
 //                     by side. It writes one workspace record per (chunk, j): T hi, T lo, P (input
 //                     dtype; fp16 also P lo), beta, r_q, r_k, e_start, e_end and the chunk decay (fp32), and the
-//                     debug A / T (once per (chunk, j)). Lean records (ChunkedParams::lean_records,
-//                     where the transposed pass is the only reader): no Q K^T and no P, gamma and
-//                     the segment starts instead; the transposed pass forms P (PrepPlan::lean_*).
+//                     debug A / T (once per (chunk, j)).
 //   chunked_forward_wg  (bf16, fp16: chunked_wgmma.cuh) one block per (sequence, value head j,
 //   chunked_forward     V tile) (fp32: below), walking its sequence's chunks of 64 tokens in
 //                     order with the K x BV slice of the state in registers (fp32). Per chunk
@@ -474,23 +472,6 @@ struct PrepPlan {
   static constexpr std::size_t record_bytes = p_lo ? rec_plo + tile_bytes : scalars_end;
   static_assert(record_bytes == chunked_record_bytes(es, split, p_lo), "record layout and host size disagree");
   static_assert(record_bytes % 128 == 0, "records keep 128-byte alignment");
-
-  // Lean records (ChunkedParams::lean_records; bf16 at K 128 only): T hi | T lo | the scalar
-  // block, in the full record's slot. The scalar block is the 6 x 64 scalars, then gamma (64
-  // doubles) and the segment starts (64 ints): what the output pass needs to form P with the
-  // prepass's operations (its decays exp(gamma_i - gamma_j) from the double gammas, its mask
-  // from the segment starts). The output pass's buffer keeps the full record's places (T, T lo,
-  // P, scalars) and puts gamma and the segments after the scalars (slot_*), so that a lean
-  // record arrives in two copies and a full one in one, to the same places.
-  static constexpr bool can_lean = std::is_same_v<E, __nv_bfloat16> && KP == 128;
-  static constexpr std::size_t block_scalars = 6 * kC * 4, block_gamma = block_scalars,
-                               block_seg = block_gamma + kC * 8, block_bytes = block_seg + kC * 4;
-  static constexpr std::size_t lean_scalar = 2 * tile_bytes;
-  static constexpr std::size_t lean_bytes = lean_scalar + block_bytes;
-  static constexpr std::size_t slot_gamma = rec_scalar + block_gamma, slot_seg = rec_scalar + block_seg,
-                               slot_bytes = rec_scalar + block_bytes;
-  static_assert(!can_lean || (lean_bytes <= record_bytes && lean_bytes % 128 == 0 && !p_lo),
-                "lean records fit the full record's slot, 128-byte aligned");
 };
 
 // The forward: one (sequence, value head, V tile) per block.
@@ -879,10 +860,7 @@ struct PrepSmem {
 // WARPS warps, threads tid = 0 .. 32 WARPS - 1; sync() is a barrier over exactly those threads.
 // record_of(head) is where head's record goes: the workspace (chunked_prepare) or the fused
 // forward's record buffer in shared memory (chunked_forward_wgt), in the same layout. gates,
-// A_log and dt_bias are the scanner warps' (warp 0 for head 0, warp 4 for head 1). lean (bf16 at
-// K 128 only, PrepPlan::can_lean): no P; gamma and the segment starts follow the scalars instead.
-// scalar_at: where a record's scalar block starts (PrepPlan::rec_scalar in the full layout and in
-// the fused forward's buffer, PrepPlan::lean_scalar in a lean workspace record). Every element
+// A_log and dt_bias are the scanner warps' (warp 0 for head 0, warp 4 for head 1). Every element
 // is computed by the same operations in the same order whatever WARPS is (4 warps take the
 // column halves of phase 1 and the row groups of the norms one after another), so that the
 // records are the same bits either way.
@@ -893,9 +871,8 @@ struct NoStamp {
 };
 template <class E, int KP, int HEADS, int WARPS, class RecordOf, class Sync, class Stamp = NoStamp>
 __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const PrepSmem<E>& sm, RecordOf record_of, int j0,
-                                              int c, const GateInputs& gates, float A_log, float dt_bias, bool lean,
-                                              std::size_t scalar_at, std::int64_t debug_chunk, int tid, Sync sync,
-                                              Stamp stamp = {}) {
+                                              int c, const GateInputs& gates, float A_log, float dt_bias,
+                                              std::int64_t debug_chunk, int tid, Sync sync, Stamp stamp = {}) {
   using L = PrepPlan<E, KP, HEADS>;
   static_assert(WARPS == 8 || (WARPS == 4 && HEADS == 1), "8 warps, or 4 for one head");
   constexpr int ldk = L::ldk, ldf = L::ldf, kWThreads = 32 * WARPS;
@@ -919,7 +896,6 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
   const int hw = heads == 2 ? warp & 3 : warp;
   const bool scanner = hw == 0 && my_head < heads;
   const float decay_rate = p.fused_gates ? expf(A_log) : 0.f;
-  const bool no_p = L::can_lean && lean;  // the output pass forms P (lean records)
   (void)ldk;
 
   // --- phase 0: gates, cumulative decay (per head), norms (shared) ----------------------------
@@ -1061,7 +1037,7 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
     zero(qk);
     if constexpr (L::tma) {
       warp_gemm_swizzled<4, KP / 16>(kk, Ks, Ks, row0, wn * 32, lane);
-      if (!no_p) warp_gemm_swizzled<4, KP / 16>(qk, Qs, Ks, row0, wn * 32, lane);
+      warp_gemm_swizzled<4, KP / 16>(qk, Qs, Ks, row0, wn * 32, lane);
     } else {
       warp_gemm<1, 4, KP / 16, false, false>(kk, Ks, ldk, Ks, ldk, row0, wn * 32, lane);
       warp_gemm<1, 4, KP / 16, false, false>(qk, Qs, ldk, Ks, ldk, row0, wn * 32, lane);
@@ -1104,7 +1080,6 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
             q[u] = inside ? base_p * w * qk[0][nt][2 * half + u] : 0.f;
           }
           *reinterpret_cast<float2*>(Ah + i * ldf + col) = make_float2(a[0], a[1]);
-          if (no_p) continue;
           if constexpr (L::p_lo) {
             if (!p.single_rounding)
               store_split(Ph + record_at<E>(i, col), Ph + (L::rec_plo - L::rec_p) / sizeof(E) + record_at<E>(i, col), q[0], q[1]);
@@ -1289,11 +1264,7 @@ __device__ __forceinline__ void prepare_chunk(const ChunkedParams& p, const Prep
       }
     }
     if (tid < kC) {
-      float* const gs = reinterpret_cast<float*>(rec + scalar_at);
-      if (no_p) {  // what the output pass needs to form P as the prepass would have
-        reinterpret_cast<double*>(rec + scalar_at + L::block_gamma)[tid] = gam(head)[tid];
-        reinterpret_cast<int*>(rec + scalar_at + L::block_seg)[tid] = seg(head)[tid];
-      }
+      float* const gs = reinterpret_cast<float*>(rec + L::rec_scalar);
       gs[tid] = bet(head)[tid];
       gs[kC + tid] = rq[tid];
       gs[2 * kC + tid] = rk[tid];
@@ -1402,10 +1373,9 @@ __global__ void __launch_bounds__(kThreads, PrepPlan<E, KP, HEADS>::min_blocks)
   const std::int64_t debug_chunk = p.debug_A ? p.chunk_offsets[n] + ci : 0;
   const PrepSmem<E> places{Qs, Ks, smem + L::off_a, smem + L::off_t, smem + L::off_scalar,
                            reinterpret_cast<int*>(smem + L::off_live)};
-  const bool lean = L::can_lean && p.lean_records;
   prepare_chunk<E, KP, HEADS, 8>(
       p, places, [&](int head) { return p.ws_records + (g * p.HV + j0 + head) * static_cast<std::int64_t>(L::record_bytes); },
-      j0, c, gates, A_log, dt_bias, lean, lean ? L::lean_scalar : L::rec_scalar, debug_chunk, tid, [] { __syncthreads(); });
+      j0, c, gates, A_log, dt_bias, debug_chunk, tid, [] { __syncthreads(); });
 }
 
 // The fp32 forward's per-chunk copies of Q, K and the block's V columns (bf16/fp16 use tensor

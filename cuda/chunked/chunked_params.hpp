@@ -37,12 +37,6 @@ struct ChunkedParams {
   // The fused forward (ChunkedSchedule::fused; bf16, K padded to 128, value tile 128, unsplit,
   // no debug): no prepass, and no records in the workspace (only the chunk offsets).
   int fused;
-  // Lean records (bf16, K padded to 128, every output launch the transposed value tile 128,
-  // unsplit, no debug): the prepass writes no P; each record is T hi | T lo | the scalar block
-  // (the 6 x 64 fp32 scalars, then gamma as 64 doubles and the segment starts as 64 ints), and
-  // the output pass forms P = Q K^T itself from the tiles it copies anyway, so that P's 8 KB a
-  // chunk and head are neither written nor read back. Same P bits as the prepass's.
-  int lean_records;
 
   // Debug mode (all null when off): per-chunk intermediates, chunk index = chunk_offsets[n] + i.
   const std::int64_t* chunk_offsets;  // [N]
@@ -101,8 +95,7 @@ struct ChunkedParams {
 constexpr int kChunkedThreads = 256;
 constexpr int kChunkedChunk = 64;
 
-// One prepass record per (chunk, value head) (lean records: ChunkedParams::lean_records, shorter,
-// in the same slots): T hi, T lo (bf16/fp16 only), P as 64 x 64 tiles of
+// One prepass record per (chunk, value head): T hi, T lo (bf16/fp16 only), P as 64 x 64 tiles of
 // the input dtype (rows of 64, unpadded), then 6 x 64 fp32 scalars (beta, r_q, r_k, e_start,
 // e_end, then the chunk decay, for fp16 the state update's 2^-m, and zeros; fp16's e_end and
 // decay are taken at 2^m: chunked_kernel.cuh, rescale_state_update), and for fp16 P lo, at the

@@ -108,7 +108,7 @@ struct WgtPlan {
   static constexpr std::size_t align1024(std::size_t x) { return (x + 1023) / 1024 * 1024; }
   static constexpr std::size_t w_off_t = 0, w_off_tlo = Rec::rec_tlo, w_off_p = Rec::rec_p, w_off_scalar = Rec::rec_scalar;
   static constexpr std::size_t q_slot = align1024(q_bytes), v_slot = align1024(v_bytes),
-                               w_slot = align1024(Rec::slot_bytes);
+                               w_slot = align1024(Rec::record_bytes);
   static constexpr std::size_t off_q = 0;                     // + buffer * q_slot
   static constexpr std::size_t off_k = off_q + 2 * q_slot;    // + buffer * q_slot
   static constexpr std::size_t off_v = off_k + 2 * q_slot;    // + buffer * v_slot
@@ -117,11 +117,9 @@ struct WgtPlan {
   // 16-byte reads for the global stores are conflict-free).
   static constexpr std::size_t o_tile = std::size_t(kC) * 64 * 2;
   static constexpr std::size_t off_o = off_w + 2 * w_slot;    // + group * o_tile
-  // Lean records: each warpgroup's P tile (64 x 64, as the record's), which it forms itself.
-  static constexpr std::size_t off_pw = off_o + 2 * o_tile;  // + group * o_tile
   // One mbarrier per buffer for its copies, then (fused) one per buffer for its record and one
   // per buffer for its release by the state warpgroups.
-  static constexpr std::size_t off_bar = off_pw + 2 * o_tile;
+  static constexpr std::size_t off_bar = off_o + 2 * o_tile;
   static constexpr std::size_t off_release = off_bar + 6 * sizeof(std::uint64_t);
   using Prep = PrepPlan<E, KP, 1>;
   static constexpr std::size_t off_prep = align128(off_release + 2 * sizeof(unsigned));  // A, T, scalars, live
@@ -192,9 +190,6 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
   // (each of their threads arrives after its last read), before the producer writes it again.
   std::uint64_t* const ready = full + 2;
   std::uint64_t* const empty = full + 4;
-  // Lean records (the fused forward's, or ChunkedParams::lean_records): no P in the record; each
-  // warpgroup forms it.
-  const bool lean = kFused || p.lean_records != 0;
   unsigned* const released = reinterpret_cast<unsigned*>(smem + L::off_release);
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
@@ -251,8 +246,8 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
         PrepSmem<E> at = places;
         at.Qs = reinterpret_cast<const E*>(Qb);
         at.Ks = reinterpret_cast<const E*>(Kb);
-        prepare_chunk<E, KP, 1, 4>(p, at, [&](int) { return Wb; }, j, c, gates, A_log, dt_bias, true, R::rec_scalar, 0,
-                                   ptid, sync, [&](int point) { GDN_FUSED_STAMP(256, index, point); });
+        prepare_chunk<E, KP, 1, 4>(p, at, [&](int) { return Wb; }, j, c, gates, A_log, dt_bias, 0, ptid, sync,
+                                   [&](int point) { GDN_FUSED_STAMP(256, index, point); });
         // Each producer thread's stores (the record, the zeroed rows) before the consumers'
         // wgmma read them and before the copies two chunks on overwrite them; then the scratch
         // tiles are free for the next chunk once every producer thread is past them (sync).
@@ -277,11 +272,8 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     return p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
   };
   // Chunk `index`'s Q, K, V and whole record into buffer index & 1, on that buffer's barrier
-  // (single rounding: the record without T lo, which the prepass then does not write). A lean
-  // record: its T part to the buffer's start, its scalar block to the scalars' place.
-  constexpr unsigned t_copied = unsigned(kSingle ? R::tile_bytes : 2 * R::tile_bytes);
-  const unsigned record_copied = lean ? t_copied + unsigned(R::block_bytes)
-                                      : unsigned(kSingle ? R::record_bytes - (R::rec_p - R::rec_tlo) : R::record_bytes);
+  // (single rounding: the record without T lo, which the prepass then does not write).
+  constexpr unsigned record_copied = unsigned(kSingle ? R::record_bytes - (R::rec_p - R::rec_tlo) : R::record_bytes);
   auto issue_chunk = [&](int index) {
     const int b = index & 1;
     const int token = static_cast<int>(bos + std::int64_t(index) * kC);
@@ -297,10 +289,6 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
       ptx::bulk::tensor_load_3d(smem + L::off_v + b * L::v_slot + slab * 8192, &p.tmap_v, v0 + 64 * slab, j, token, full + b);
     if constexpr (kFused) {
       // the producer writes the record
-    } else if (lean) {
-      ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), t_copied, full + b);
-      ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot + R::rec_scalar, record_src(first_chunk + index) + R::lean_scalar,
-                           unsigned(R::block_bytes), full + b);
     } else if constexpr (kSingle) {
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::rec_tlo), full + b);
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot + R::rec_p, record_src(first_chunk + index) + R::rec_p,
@@ -353,51 +341,6 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
       zero_rows(Vc, BV / 64, c);
       ptx::fence_proxy_async_shared();
       __syncthreads();
-    }
-
-    // --- lean records: P = mask(Q K^T), formed by each warpgroup into its own P tile ------------
-    // The prepass's P bit for bit: the same product by the same code (warp_gemm_swizzled: the
-    // same mma.sync k steps into each element, each warp 16 rows), then r_q_i (exp(gamma_i -
-    // gamma_j) r_k_j) qk inside the causal, same-segment mask, rounded once, in prepare_chunk's
-    // order. Each warpgroup forms all of P (the product and the epilogue twice over per chunk)
-    // rather than one for both: a hand-over would tie the warpgroups, which run out of step,
-    // back together.
-    unsigned char* const Pmine = smem + L::off_pw + group * L::o_tile;
-    if (lean) {
-      const float* const rq = sc + kC;
-      const float* const rk = sc + 2 * kC;
-      const double* const gm = reinterpret_cast<const double*>(Wc + R::slot_gamma);
-      const int* const sg = reinterpret_cast<const int*>(Wc + R::slot_seg);
-      E* const Pw = reinterpret_cast<E*>(Pmine);
-      // 32 columns at a time, as the prepass's warps take them (fewer live registers).
-#pragma unroll 1
-      for (int part = 0; part < 2; ++part) {
-        float Pa[1][4][4];
-        zero(Pa);
-        warp_gemm_swizzled<4, KS>(Pa, reinterpret_cast<const E*>(Qc), reinterpret_cast<const E*>(Kc), 16 * wl, 32 * part,
-                                  lane);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 16 * wl + g + 8 * half;
-          const int s = sg[i] > 0 ? sg[i] : 0;
-          const double gi = gm[i];
-          const float base_p = rq[i];
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            const int col = 32 * part + 8 * nt + 2 * t;
-            float q[2];
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-              const bool inside = col + u <= i && col + u >= s;
-              const float w = expf(inside ? float(gi - gm[col + u]) : -INFINITY) * rk[col + u];
-              q[u] = inside ? base_p * w * Pa[0][nt][2 * half + u] : 0.f;
-            }
-            store2(Pw + record_at<E>(i, col), q[0], q[1]);
-          }
-        }
-      }
-      ptx::fence_proxy_async_shared();
-      warpgroup_sync(group);  // every thread's P stores, before the warpgroup's P Vnew reads them
     }
 
     // --- X^T = S0^T K^T and O^T = S0^T Q^T (S0 as hi + lo: all hi k steps, then all lo) --------
@@ -473,7 +416,7 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     // --- Vnew^T = X^T (T hi + T lo)^T: X hi T hi, X lo T hi, X hi T lo -------------------------
     const unsigned char* const Tc = Wc + L::w_off_t;
     const unsigned char* const Tloc = Wc + L::w_off_tlo;
-    const unsigned char* const Pc = lean ? Pmine : Wc + L::w_off_p;
+    const unsigned char* const Pc = Wc + L::w_off_p;
     float Vacc[NC][4];
     zero(Vacc);
     wg::fence();

@@ -248,48 +248,6 @@ TEST_CASE("chunked api: the fused schedule: where the plan takes it, and a bad v
   require_rejected(base(), "schedule", bad);
 }
 
-TEST_CASE("chunked api: lean records exactly where every output launch is the transposed tile", "[chunked][api]") {
-  // Lean records (no P; the output pass forms it) need every reader of the records to be the
-  // transposed instance: bf16, K > 64, value tile 128, unsplit, one V tile, no debug, two-pass.
-  Problem p = base();
-  ChunkedOptions wide;
-  wide.value_tile = 128;
-  wide.split_chunks = 0;
-  wide.long_value_tile = -1;
-  CHECK(chunked_plan(p, wide, 132).lean_records);
-  ChunkedOptions separate = wide;
-  separate.schedule = ChunkedSchedule::two_pass;
-  CHECK(chunked_plan(p, separate, 132).lean_records);
-  ChunkedOptions single = wide;
-  single.rounding = ChunkedRounding::single;
-  CHECK(chunked_plan(p, single, 132).lean_records);
-  ChunkedOptions fused = wide;  // the fused forward has no workspace records at all
-  fused.schedule = ChunkedSchedule::fused;
-  CHECK_FALSE(chunked_plan(p, fused, 132).lean_records);
-  ChunkedOptions tile64 = wide;
-  tile64.value_tile = 64;
-  CHECK_FALSE(chunked_plan(p, tile64, 132).lean_records);
-  ChunkedOptions split = wide;
-  split.split_chunks = 1;
-  CHECK_FALSE(chunked_plan(p, split, 132).lean_records);
-  for (DType dtype : {DType::f16, DType::f32}) {
-    Problem other = p;
-    other.input_dtype = dtype;
-    ChunkedOptions o = wide;
-    if (dtype == DType::f32) o.value_tile = 32;
-    CHECK_FALSE(chunked_plan(other, o, 132).lean_records);
-  }
-  Problem narrow_keys = Problem::packed({5, 64, 0, 130}, 2, 4, 64, 128);
-  narrow_keys.input_dtype = DType::bf16;
-  CHECK_FALSE(chunked_plan(narrow_keys, wide, 132).lean_records);
-  // Two V tiles share one prepass between the transposed instance and another: full records.
-  ChunkedOptions two = wide;
-  two.long_value_tile = 64;
-  const ChunkedPlan two_tiles = chunked_plan(p, two, 132);
-  CHECK(two_tiles.long_value_tile == 64);
-  CHECK_FALSE(two_tiles.lean_records);
-}
-
 TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[chunked][api]") {
   // base(): 1 + 1 + 0 + 3 chunks, HV 4; (N + 1) int64 offsets padded to 256 bytes, then per
   // (chunk, head) 3 x 64 x 64 bf16 + 6 x 64 fp32 = 26112 bytes (fp32: 2 x 64 x 64 fp32 + same).
