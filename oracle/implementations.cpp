@@ -406,7 +406,7 @@ void register_references(Registry& registry) {
         : rounding == reference::OperandRounding::split_state_pv
             ? "model of the chunked kernel's previous design: Q S0's S0 rounded once, Vnew split in P Vnew"
         : rounding == reference::OperandRounding::split_all
-            ? "model of the chunked kernel's current design: every computed operand split hi + lo (S0 in both S0 products, Vnew and P in P Vnew)"
+            ? "model of the chunked kernel's current design: every computed operand split hi + lo (S0 in both S0 products, Vnew in P Vnew, fp16's P)"
             : "model of the chunked kernel with S0 rounded once in K S0 and Q S0 and Vnew split in P Vnew";
     e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
     e.default_budget = kernel_budget;
