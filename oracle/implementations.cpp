@@ -138,6 +138,7 @@ class OperandModel final : public Implementation {
       case reference::OperandRounding::s0_once: return "model.chunked.s0_once";
       case reference::OperandRounding::single_qk: return "model.chunked.single_qk";
       case reference::OperandRounding::split_all: return "model.chunked.split_all";
+      case reference::OperandRounding::split_all_p: return "model.chunked.split_all_p";
     }
     return "model.chunked";
   }
@@ -393,7 +394,8 @@ void register_references(Registry& registry) {
   kernel_budget.state_unit_input = true;
   for (auto rounding : {reference::OperandRounding::split, reference::OperandRounding::single,
                         reference::OperandRounding::split_state, reference::OperandRounding::split_state_pv,
-                        reference::OperandRounding::s0_once, reference::OperandRounding::split_all}) {
+                        reference::OperandRounding::s0_once, reference::OperandRounding::split_all,
+                        reference::OperandRounding::split_all_p}) {
     RegistryEntry e;
     e.name = OperandModel(rounding).name();
     e.description =
@@ -407,6 +409,8 @@ void register_references(Registry& registry) {
             ? "model of the chunked kernel's previous design: Q S0's S0 rounded once, Vnew split in P Vnew"
         : rounding == reference::OperandRounding::split_all
             ? "model of the chunked kernel's current design: every computed operand split hi + lo (S0 in both S0 products, Vnew in P Vnew, fp16's P)"
+        : rounding == reference::OperandRounding::split_all_p
+            ? "model of the chunked kernel's next design: split_all with bf16's P split hi + lo too (commit 679e38a, not yet run on a GPU)"
             : "model of the chunked kernel with S0 rounded once in K S0 and Q S0 and Vnew split in P Vnew";
     e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
     e.default_budget = kernel_budget;
