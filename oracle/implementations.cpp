@@ -410,7 +410,7 @@ void register_references(Registry& registry) {
         : rounding == reference::OperandRounding::split_all
             ? "model of the chunked kernel's current design: every computed operand split hi + lo (S0 in both S0 products, Vnew in P Vnew, fp16's P)"
         : rounding == reference::OperandRounding::split_all_p
-            ? "model of the chunked kernel's next design: split_all with bf16's P split hi + lo too (commit 679e38a, not yet run on a GPU)"
+            ? "model of the chunked kernel's next design: split_all with bf16's P split hi + lo too (not yet in the kernel: docs/cuda_chunked.md)"
             : "model of the chunked kernel with S0 rounded once in K S0 and Q S0 and Vnew split in P Vnew";
     e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
     e.default_budget = kernel_budget;

@@ -43,12 +43,11 @@ namespace gdn::reference {
 // fuzz found bf16 cases (K 16) where split_state_pv's S0 rounded once in Q S0 took o past its
 // budget and an fp16 one where P rounded once did; split_all passes them
 // (python/tests/test_peer_findings.py).
-// split_all_p: split_all with bf16's P hi + lo too (for fp16 and fp32 it is split_all). The
-// CLI fuzz of the sequence split found a bf16 case (K 16, T 117, beta up to 2, no decay) where
-// P rounded once takes o past its budget: the kernel's o.max_abs 6.80e-2 against 6.21e-2, which
-// split_all reproduces to three digits, while split_all_p gives the fp32 emulation's error.
-// Commit 679e38a builds it into the kernel (a P lo tile in bf16's record, one more wgmma per k
-// step of P Vnew); reverted (4138726) until a GPU has run it: docs/cuda_chunked.md.
+// split_all_p: split_all with bf16's P hi + lo too (for fp16 and fp32 it is split_all): the
+// kernel's next design. The CLI fuzz of the sequence split found a bf16 case (K 16, beta up to
+// 2, no decay) where P rounded once takes o past its budget; split_all reproduces the kernel's
+// error there and split_all_p passes (python/tests/test_peer_findings.py). The kernel change
+// waits for a GPU run: docs/cuda_chunked.md, "Known failure".
 enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk, split_all, split_all_p };
 
 // How T = (I + A)^-1 is formed (bf16 / fp16 inputs). fp32: forward substitution in fp32, as the

@@ -69,10 +69,10 @@
 //   - P hi + lo for fp16 (a fourth record tile, 4 wgmma a warpgroup per chunk): with P rounded
 //     once, an fp16 case of K 16, no decay and beta near 2 went past o's budget; with P lo it
 //     passes with room. bf16 still takes P once, and the CLI fuzz of the sequence split has
-//     since found a bf16 case of the same kind where that fails o's budget (margin 1.09;
-//     python/tests/test_peer_findings.py, test_chunked_bf16_p_once_fail_is_the_design). Commit
-//     679e38a gives bf16 the P lo tile too (the transposed K 128 x BV 128 plan has the room);
-//     it is reverted until a GPU has run it (docs/cuda_chunked.md).
+//     since found a bf16 case of the same kind where that fails o's budget
+//     (python/tests/test_peer_findings.py, test_chunked_bf16_p_once_fail_is_the_design). The
+//     P lo tile for bf16 too (the transposed K 128 x BV 128 plan has the room) is written and
+//     waits for a GPU run: docs/cuda_chunked.md, "Known failure".
 //   - S0 lo in K S0: without it the state keeps about 12 bits, not 16 (the model's hT error
 //     grows by about two orders of magnitude).
 // The sequence split's affine pass has no P Vnew (WgPlan<..., kAffine>: no Vnew lo tile).

@@ -217,12 +217,13 @@ CHUNKED_BF16_P_CASE = os.path.join(os.path.dirname(FAILURES), "..", "fuzz_chunke
 
 
 def test_chunked_bf16_p_once_fail_is_the_design():
-    """The sequence split's bf16 FAIL (the CLI fuzz on an H100, commit ab7f863; shrunk to K 16,
-    T 117, one head, beta up to 2, no decay: o.max_abs margin 1.09) is the kernel's design, not
-    its arithmetic: bf16's P goes into P Vnew rounded once, and where P Vnew cancels that one
+    """The sequence split's bf16 FAIL (the CLI fuzz on an H100; shrunk to K 16, T 117, one head,
+    beta up to 2, no decay: o.max_abs just over budget) is the kernel's design, not its
+    arithmetic: bf16's P goes into P Vnew rounded once, and where P Vnew cancels that one
     rounding is most of o's error. The CPU model of the design (split_all) gives the kernel's
-    max_abs to three digits and fails the same way; with P hi + lo (split_all_p, commit 679e38a,
-    not yet run on a GPU) it passes with room, at about the fp32 emulation's error."""
+    max_abs to three digits and fails the same way; with P hi + lo (split_all_p, the kernel's
+    next design: docs/cuda_chunked.md, "Known failure") it passes with room, at about the fp32
+    emulation's error."""
     if not os.path.exists(CHUNKED_BF16_P_CASE):
         pytest.skip("the chunked fuzz failure is not in this checkout")
     case = gt.read_case_file(CHUNKED_BF16_P_CASE)
