@@ -6,13 +6,14 @@
 #      (P once for bf16; the same kernels otherwise), cuda_chunked_bench_before in the archive;
 #   3. the split1 failure of call E replayed on its case file, with the split and without;
 #   4. the CLI fuzz of every chunked mode (scripts/gpu_run.sh --phases fuzz, a new seed) until
-#      DEADLINE seconds into the call, and beside it the invariance properties, conformance, and
-#      memcheck and racecheck on the fused test.
-# Brings back call.log, the two benchmark JSONs and the fuzz phase's run.log and results archive.
+#      DEADLINE seconds into the call, and beside it the GPU suite at 1000 cases in the chunked
+#      modes and the four sanitizers (--phases suite,sanitize --only chunked,single; its
+#      [transposed] filter covers the fused schedule).
+# Brings back call.log, the two benchmark JSONs, and each gpu_run.sh's run.log and results archive.
 # Carries .carry/call_f.tar.xz (cuda_gpu_tests, cuda_chunked_bench, cuda_chunked_bench_before,
 # gdn-testbed, libbenchmark: one xz stream).
-# Built from 679e38a (on main: revert 4138726 first).
-#   DEADLINE=560 bash reports/results/h100/fused_forward/call_f.sh COMMIT
+# Built from branch bf16-p-lo (P lo for bf16; git merge --ff-only bf16-p-lo on main first).
+#   DEADLINE=540 bash reports/results/h100/fused_forward/call_f.sh COMMIT
 set -uo pipefail
 COMMIT=${1:?commit}
 OUT=${OUT:-/tmp/out}
@@ -36,21 +37,19 @@ CASE=reports/results/h100/fuzz_chunked/third_call/failures/cuda.chunked_prefill.
     echo "== replay $impl"; timeout 30 /tmp/bin/gdn-testbed replay --impl $impl "$CASE" 2>&1 | head -4
   done; } >> "$LOG"
 
-FUZZ=$((DEADLINE - SECONDS - 40))
+# The fuzz beside the suite and the sanitizers (correctness runs: they share the GPU).
+FUZZ=$((DEADLINE - SECONDS - 100))
 FUZZ_PID=""
 if [ "$FUZZ" -ge 60 ]; then
   bash scripts/gpu_run.sh --bin /tmp/bin --phases fuzz --seed 20261210 --fuzz-seconds "$FUZZ" --commit "$COMMIT" \
     --out "$OUT/fuzz" > /tmp/fuzz.log 2>&1 &
   FUZZ_PID=$!
 fi
-{
-  echo "== [chunked][invariance] 100"; timeout 120 /tmp/bin/cuda_gpu_tests --cases 100 "[chunked][invariance]" 2>&1 | tail -3
-  echo "== [chunked][conformance] 200"; timeout 150 /tmp/bin/cuda_gpu_tests --cases 200 "[chunked][conformance]" 2>&1 | tail -3
-  echo "== memcheck"; timeout 80 compute-sanitizer --tool memcheck /tmp/bin/cuda_gpu_tests "[transposed]" 2>&1 | tail -2
-  echo "== racecheck"; timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 20 \
-    /tmp/bin/cuda_gpu_tests "[transposed]" > /tmp/race.log 2>&1; echo "exit $?"
-  grep -E "SUMMARY" /tmp/race.log; grep -m 8 -E "hazard detected|Thread" /tmp/race.log | cut -c 1-220
-} >> "$LOG" 2>&1
+bash scripts/gpu_run.sh --bin /tmp/bin --phases suite,sanitize --only chunked,single --cases 1000 --sanitize-cases 4 \
+  --seed 20261202 --commit "$COMMIT" --out "$OUT/suite" > /tmp/suite.log 2>&1
+echo "suite,sanitize exit $? at ${SECONDS}s" >> "$LOG"
 [ -n "$FUZZ_PID" ] && wait "$FUZZ_PID"
-{ echo "== fuzz"; grep -E "merge exit|failures|cases|pass" "$OUT/fuzz/run.log" | head -20; } >> "$LOG" 2>&1
+echo "fuzz done at ${SECONDS}s" >> "$LOG"
+{ echo "== suite"; grep -E "exit|Passed|failed|hazard|errors" "$OUT/suite/run.log" | head -40
+  echo "== fuzz"; grep -E "merge exit|failures|cases|pass" "$OUT/fuzz/run.log" | head -20; } >> "$LOG" 2>&1
 cat "$LOG"
