@@ -45,8 +45,9 @@ if [ "$FUZZ" -ge 60 ]; then
     --out "$OUT/fuzz" > /tmp/fuzz.log 2>&1 &
   FUZZ_PID=$!
 fi
-bash scripts/gpu_run.sh --bin /tmp/bin --phases suite,sanitize --only chunked,single --cases 1000 --sanitize-cases 4 \
-  --seed 20261202 --commit "$COMMIT" --out "$OUT/suite" > /tmp/suite.log 2>&1
+# Bounded so that the call returns what finished (gpu_run.sh packs its archive after each phase).
+timeout $((DEADLINE + 20 - SECONDS)) bash scripts/gpu_run.sh --bin /tmp/bin --phases suite,sanitize --only chunked,single \
+  --cases 1000 --sanitize-cases 4 --seed 20261202 --commit "$COMMIT" --out "$OUT/suite" > /tmp/suite.log 2>&1
 echo "suite,sanitize exit $? at ${SECONDS}s" >> "$LOG"
 [ -n "$FUZZ_PID" ] && wait "$FUZZ_PID"
 echo "fuzz done at ${SECONDS}s" >> "$LOG"
