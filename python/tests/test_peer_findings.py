@@ -239,8 +239,8 @@ def test_chunked_bf16_p_once_fail_is_the_design():
     assert fixed.status == "PASS" and fixed.worst_margin < 0.8, fixed.worst_margin
 
 
-# The regime of that failure as a case space: a CPU fuzz of the two designs there (seed 7,
-# docs/cuda_chunked.md) failed 8 of 238 336 cases with P once and none with P hi + lo.
+# The regime of that failure as a case space, where the CPU fuzz of the two designs ran
+# (docs/cuda_chunked.md, "Known failure").
 P_CANCELLATION_SPACE = dict(K_values=[16], V_values=[16, 32, 64], regimes=["no_decay"], negative_eigenvalues="always",
                             input_dtypes=["bf16"], max_work=2e6, min_work=1)
 

@@ -10,10 +10,13 @@
 #      modes and the four sanitizers (--phases suite,sanitize --only chunked,single; its
 #      [transposed] filter covers the fused schedule).
 # Brings back call.log, the two benchmark JSONs, and each gpu_run.sh's run.log and results archive.
+# Call G (a second argument `fuzz`): only a second CLI fuzz of every chunked mode, with a new seed,
+# alone on the GPU, so that with call F's the fuzz of each mode adds up to more than ten minutes;
+# it brings back call.log and the fuzz phase's run.log and results archive.
 # Carries .carry/call_f.tar.xz (cuda_gpu_tests, cuda_chunked_bench, cuda_chunked_bench_before,
 # gdn-testbed, libbenchmark: one xz stream).
 # Built from branch bf16-p-lo (P lo for bf16; git merge --ff-only bf16-p-lo on main first).
-#   DEADLINE=540 bash reports/results/h100/fused_forward/call_f.sh COMMIT
+#   DEADLINE=540 bash reports/results/h100/fused_forward/call_f.sh COMMIT [fuzz]
 set -uo pipefail
 COMMIT=${1:?commit}
 OUT=${OUT:-/tmp/out}
@@ -22,6 +25,14 @@ mkdir -p "$OUT" /tmp/bin
 tar -C /tmp/bin -xJf .carry/call_f.tar.xz
 LOG=$OUT/call.log
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u +%Y-%m-%dT%H:%M:%SZ; echo "commit $COMMIT"; } > "$LOG"
+if [ "${2:-}" = fuzz ]; then
+  bash scripts/gpu_run.sh --bin /tmp/bin --phases fuzz --seed 20261211 --fuzz-seconds $((DEADLINE - SECONDS - 100)) \
+    --commit "$COMMIT" --out "$OUT/fuzz" > /tmp/fuzz.log 2>&1
+  echo "fuzz exit $? at ${SECONDS}s" >> "$LOG"
+  { echo "== fuzz"; grep -E "merge exit|failures|cases|pass" "$OUT/fuzz/run.log" | head -20; } >> "$LOG" 2>&1
+  cat "$LOG"
+  exit 0
+fi
 { echo "== [transposed]"; timeout 60 /tmp/bin/cuda_gpu_tests "[transposed]" 2>&1 | tail -3; } >> "$LOG"
 
 FILTER='BM_chunked_(default|single)/'
