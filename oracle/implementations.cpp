@@ -138,7 +138,7 @@ class OperandModel final : public Implementation {
       case reference::OperandRounding::s0_once: return "model.chunked.s0_once";
       case reference::OperandRounding::single_qk: return "model.chunked.single_qk";
       case reference::OperandRounding::split_all: return "model.chunked.split_all";
-      case reference::OperandRounding::split_all_p: return "model.chunked.split_all_p";
+      case reference::OperandRounding::split_all_p_once: return "model.chunked.split_all_p_once";
     }
     return "model.chunked";
   }
@@ -395,7 +395,7 @@ void register_references(Registry& registry) {
   for (auto rounding : {reference::OperandRounding::split, reference::OperandRounding::single,
                         reference::OperandRounding::split_state, reference::OperandRounding::split_state_pv,
                         reference::OperandRounding::s0_once, reference::OperandRounding::split_all,
-                        reference::OperandRounding::split_all_p}) {
+                        reference::OperandRounding::split_all_p_once}) {
     RegistryEntry e;
     e.name = OperandModel(rounding).name();
     e.description =
@@ -408,9 +408,9 @@ void register_references(Registry& registry) {
         : rounding == reference::OperandRounding::split_state_pv
             ? "model of the chunked kernel's previous design: Q S0's S0 rounded once, Vnew split in P Vnew"
         : rounding == reference::OperandRounding::split_all
-            ? "model of the chunked kernel's current design: every computed operand split hi + lo (S0 in both S0 products, Vnew in P Vnew, fp16's P)"
-        : rounding == reference::OperandRounding::split_all_p
-            ? "model of the chunked kernel's next design: split_all with bf16's P split hi + lo too (not yet in the kernel: docs/cuda_chunked.md)"
+            ? "model of the chunked kernel's current design: every computed operand split hi + lo (S0 in both S0 products, Vnew and P in P Vnew)"
+        : rounding == reference::OperandRounding::split_all_p_once
+            ? "model of the chunked kernel's previous design: split_all with bf16's P rounded once in P Vnew"
             : "model of the chunked kernel with S0 rounded once in K S0 and Q S0 and Vnew split in P Vnew";
     e.make = [rounding] { return std::make_unique<OperandModel>(rounding); };
     e.default_budget = kernel_budget;

@@ -27,8 +27,8 @@ OperandSplits OperandSplits::of(OperandRounding rounding, DType dtype) {
   if (rounding == OperandRounding::split_state) s.s0_in_qs = false;
   if (rounding == OperandRounding::split_state_pv) s.s0_in_qs = false, s.vnew_in_pv = true;
   if (rounding == OperandRounding::s0_once) s.s0_in_qs = s.s0_in_ks = false, s.vnew_in_pv = true;
-  if (rounding == OperandRounding::split_all) s.vnew_in_pv = true, s.p = dtype == DType::f16;
-  if (rounding == OperandRounding::split_all_p) s.vnew_in_pv = true, s.p = true;
+  if (rounding == OperandRounding::split_all) s.vnew_in_pv = true, s.p = true;
+  if (rounding == OperandRounding::split_all_p_once) s.vnew_in_pv = true, s.p = dtype == DType::f16;
   s.scaled_state_update = dtype == DType::f16 && rounding != OperandRounding::single &&
                           rounding != OperandRounding::single_qk;
   return s;

@@ -2,8 +2,8 @@
 // A model of what the chunked GPU kernel's design computes (cuda/chunked/chunked_kernel.cuh, header):
 // the chunked form (§4, C = 64) in fp32, with every computed tensor-core operand rounded to the
 // input dtype where the kernel rounds it, either split hi + lo (the kernel, split_all: S0 in
-// K S0 and Q S0, T and X in T X, the decayed Vnew in the state update, Vnew in P Vnew, fp16's
-// P; bf16's P once) or rounded once (every one of them, as kernels that single-round their
+// K S0 and Q S0, T and X in T X, the decayed Vnew in the state update, Vnew and P in P Vnew)
+// or rounded once (every one of them, as kernels that single-round their
 // operands do, fla's among them). The raw q, k, v are exact operands; the norms, gates and
 // decays are fp32 scales as in the kernel; o is rounded once at the end. fp32 inputs are never
 // rounded (the kernel's fp32 path has no tensor-core operands).
@@ -38,17 +38,14 @@ namespace gdn::reference {
 // kernels run. Where q . k cancels, the stored vectors' rounding is most of o's error. Without
 // use_qk_l2norm it is single (for fp32 inputs the normalised vectors are the fp32 operands).
 // split_all: the kernel's design now. Every computed operand hi + lo wherever it enters a
-// product (S0 in both S0 products, T and X, the decayed Vnew, Vnew in P Vnew, and for fp16 P in
-// P Vnew; bf16's P once): split_state_pv with S0 lo back in Q S0 and fp16's P split. The CLI
-// fuzz found bf16 cases (K 16) where split_state_pv's S0 rounded once in Q S0 took o past its
-// budget and an fp16 one where P rounded once did; split_all passes them
+// product (S0 in both S0 products, T and X, the decayed Vnew, Vnew and P in P Vnew):
+// split_state_pv with S0 lo back in Q S0 and P split. The CLI fuzz found bf16 cases (K 16) where
+// split_state_pv's S0 rounded once in Q S0 took o past its budget, and an fp16 one and later a
+// bf16 one (K 16, beta up to 2, no decay) where P rounded once did; split_all passes them
 // (python/tests/test_peer_findings.py).
-// split_all_p: split_all with bf16's P hi + lo too (for fp16 and fp32 it is split_all): the
-// kernel's next design. The CLI fuzz of the sequence split found a bf16 case (K 16, beta up to
-// 2, no decay) where P rounded once takes o past its budget; split_all reproduces the kernel's
-// error there and split_all_p passes (python/tests/test_peer_findings.py). The kernel change
-// waits for a GPU run: docs/cuda_chunked.md, "Known failure".
-enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk, split_all, split_all_p };
+// split_all_p_once: the design before, split_all with bf16's P rounded once in P Vnew (fp16's
+// split). It reproduces the kernel's error on that bf16 case; it stays to show why P is split.
+enum class OperandRounding { split, single, split_state, split_state_pv, s0_once, single_qk, split_all, split_all_p_once };
 
 // How T = (I + A)^-1 is formed (bf16 / fp16 inputs). fp32: forward substitution in fp32, as the
 // kernel's prepass does on the CUDA cores. The others model a kernel that inverts on the tensor

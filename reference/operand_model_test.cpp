@@ -253,7 +253,7 @@ TEST_CASE("operand model: T's block merges on tensor cores keep the state only w
   }
 }
 
-TEST_CASE("operand model: split_all_p is split_all with bf16's P split as well", "[operand_model]") {
+TEST_CASE("operand model: split_all_p_once is split_all with bf16's P rounded once", "[operand_model]") {
   auto same_but_p = [](const reference::OperandSplits& a, const reference::OperandSplits& b) {
     return a.s0_in_ks == b.s0_in_ks && a.s0_in_qs == b.s0_in_qs && a.t == b.t && a.x == b.x && a.vnew_d == b.vnew_d &&
            a.vnew_in_pv == b.vnew_in_pv && a.qk_stored == b.qk_stored &&
@@ -262,9 +262,9 @@ TEST_CASE("operand model: split_all_p is split_all with bf16's P split as well",
   for (DType dtype : {DType::bf16, DType::f16}) {
     INFO(dtype_name(dtype));
     const auto now = reference::OperandSplits::of(OperandRounding::split_all, dtype);
-    const auto next = reference::OperandSplits::of(OperandRounding::split_all_p, dtype);
-    CHECK(same_but_p(now, next));
-    CHECK(next.p);
-    CHECK(now.p == (dtype == DType::f16));
+    const auto before = reference::OperandSplits::of(OperandRounding::split_all_p_once, dtype);
+    CHECK(same_but_p(now, before));
+    CHECK(now.p);
+    CHECK(before.p == (dtype == DType::f16));
   }
 }

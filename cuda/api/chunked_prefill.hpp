@@ -66,8 +66,8 @@ struct ChunkedDebug {
 
 // How the bf16 / fp16 kernel rounds the operands it computes (the state S0, X, T, Vnew) for
 // the tensor cores.
-//   split (default): every computed operand hi + lo where it enters a product, and fp16's P
-//     too (the kernel header; 68 wgmma a warpgroup per chunk at K 128, fp16 72; the CPU model
+//   split (default): every computed operand hi + lo where it enters a product, P included
+//     (the kernel header; 72 wgmma a warpgroup per chunk at K 128; the CPU model
 //     is reference::emulate_operands(split_all)): bf16 o more accurate than fla's, and within
 //     the calibrated budget of the plain fp32 emulation (docs/budgets.md).
 //   single: each computed operand rounded once to the input dtype, as fla's kernels do
@@ -87,7 +87,7 @@ enum class ChunkedRounding { split, single };
 //     fused forward's producer takes longer per chunk than the state warpgroups (measured:
 //     reports/results/h100/fused_forward), so fused is named, not chosen.
 //   two_pass: the prepass kernel writes each (chunk, value head)'s record (T, P, the gate
-//     scalars: about 26 KB at bf16) to the workspace, and the state kernel reads it back.
+//     scalars, P lo: 34 KB at bf16, 26 KB in single rounding, which writes no T lo and no P lo) to the workspace, and the state kernel reads it back.
 //   fused: one state kernel whose third warpgroup computes each chunk's record in shared memory
 //     while the other two run the chunk before it (chunked_wgmma_transposed.cuh): no prepass and
 //     no records in the workspace. The same records bit for bit, so the same outputs as

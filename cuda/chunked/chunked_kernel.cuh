@@ -10,7 +10,7 @@
 //                     state: the gates, the gamma scan, the norms, A, P, T. A pair shares q, k,
 //                     the norms and the raw products K K^T, Q K^T, and runs its two inverses side
 //                     by side. It writes one workspace record per (chunk, j): T hi, T lo, P (input
-//                     dtype; fp16 also P lo), beta, r_q, r_k, e_start, e_end and the chunk decay (fp32), and the
+//                     dtype; bf16/fp16 also P lo), beta, r_q, r_k, e_start, e_end and the chunk decay (fp32), and the
 //                     debug A / T (once per (chunk, j)).
 //   chunked_forward_wg  (bf16, fp16: chunked_wgmma.cuh) one block per (sequence, value head j,
 //   chunked_forward     V tile) (fp32: below), walking its sequence's chunks of 64 tokens in
@@ -46,17 +46,17 @@
 //              merges T_ij = -T_ii sum_k A_ik T_kj in three levels        (fp32; stored hi + lo, prepass)
 //   X          diag(beta) (V - diag(e_start r) K S0)                    (fp32, then input dtype)
 //   Vnew       T X  (= U - W S0 of the spec: the same algebra without forming W or U)
-//   O          scale (diag(e_start r^q) Q S0 + P Vnew)     (P Vnew_hi + P Vnew_lo [+ P_lo Vnew_hi, fp16])
+//   O          scale (diag(e_start r^q) Q S0 + P Vnew)     (P Vnew_hi + P Vnew_lo + P_lo Vnew_hi)
 //   S_end      e_start(c) S0 + K^T diag(e_end r) Vnew
 //
 // Matrix products: bf16/fp16 inputs on tensor cores (fp32 accumulation; the prepass's K K^T and
 // Q K^T on mma.sync m16n8k16, the forward's on wgmma m64nNk16).
 // The raw q, k, v are exact operands; every computed operand is split into hi + lo in the input
 // dtype wherever it enters a product (S0 in K S0 and in Q S0, T and X in T X, the decayed Vnew
-// in the state update, Vnew in P Vnew, and for fp16 P in P Vnew), so the state path keeps about
-// 16 bits (bf16) instead of 8 and o is computed from operands of about that precision. bf16's
-// P goes in rounded once. Per 16-wide k step into one fp32 accumulator: Q S0 hi, then lo;
-// P Vnew_hi, P Vnew_lo, then (fp16) P_lo Vnew_hi. o is stored in the input dtype.
+// in the state update, Vnew in P Vnew, and P in P Vnew), so the state path keeps about
+// 16 bits (bf16) instead of 8 and o is computed from operands of about that precision.
+// Per 16-wide k step into one fp32 accumulator: Q S0 hi, then lo;
+// P Vnew_hi, P Vnew_lo, then P_lo Vnew_hi. o is stored in the input dtype.
 // Why (a CPU model of these roundings, reference/operand_model.hpp, model.chunked.split_all,
 // reproduces the kernel's accuracy, and the failures of the earlier designs that the CLI fuzz
 // of the chunked space found on the GPU; python/tests/test_peer_findings.py regenerates them):
@@ -66,13 +66,10 @@
 //     decay), and neither does with the split.
 //   - S0 hi + lo in Q S0 (8 of a warpgroup's wgmma per chunk at K 128): with S0 hi alone there
 //     (the design before) bf16 cases of K 16 went past o's budget; with the split they pass.
-//   - P hi + lo for fp16 (a fourth record tile, 4 wgmma a warpgroup per chunk): with P rounded
-//     once, an fp16 case of K 16, no decay and beta near 2 went past o's budget; with P lo it
-//     passes with room. bf16 still takes P once, and the CLI fuzz of the sequence split has
-//     since found a bf16 case of the same kind where that fails o's budget
-//     (python/tests/test_peer_findings.py, test_chunked_bf16_p_once_fail_is_the_design). The
-//     P lo tile for bf16 too (the transposed K 128 x BV 128 plan has the room) is written and
-//     waits for a GPU run: docs/cuda_chunked.md, "Known failure".
+//   - P hi + lo (a fourth record tile, 4 wgmma a warpgroup per chunk): with P rounded once, an
+//     fp16 case and later a bf16 one (K 16, no decay, beta near 2) went past o's budget; with
+//     P lo both pass (docs/cuda_chunked.md, "bf16's P rounded once"). The K 128 x BV 128 bf16
+//     plan is the transposed one, which has the room.
 //   - S0 lo in K S0: without it the state keeps about 12 bits, not 16 (the model's hT error
 //     grows by about two orders of magnitude).
 // The sequence split's affine pass has no P Vnew (WgPlan<..., kAffine>: no Vnew lo tile).
@@ -468,9 +465,9 @@ struct PrepPlan {
   static constexpr std::size_t rec_p = (split ? 2 : 1) * tile_bytes;
   static constexpr std::size_t rec_scalar = rec_p + tile_bytes;
   static constexpr std::size_t scalars_end = rec_scalar + 6 * kC * 4;
-  // fp16: P lo, what P's rounding left out (P Vnew takes P as hi + lo; the header says why),
-  // after the scalars at a swizzled tile's alignment. Not written in the single mode.
-  static constexpr bool p_lo = std::is_same_v<E, __half>;
+  // bf16/fp16: P lo, what P's rounding left out (P Vnew takes P as hi + lo; the header says
+  // why), after the scalars at a swizzled tile's alignment. Not written in the single mode.
+  static constexpr bool p_lo = Elem<E>::tensor;
   static constexpr std::size_t rec_plo = p_lo ? (scalars_end + 1023) / 1024 * 1024 : 0;
   static constexpr std::size_t record_bytes = p_lo ? rec_plo + tile_bytes : scalars_end;
   static_assert(record_bytes == chunked_record_bytes(es, split, p_lo), "record layout and host size disagree");

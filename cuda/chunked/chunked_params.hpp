@@ -98,7 +98,7 @@ constexpr int kChunkedChunk = 64;
 // One prepass record per (chunk, value head): T hi, T lo (bf16/fp16 only), P as 64 x 64 tiles of
 // the input dtype (rows of 64, unpadded), then 6 x 64 fp32 scalars (beta, r_q, r_k, e_start,
 // e_end, then the chunk decay, for fp16 the state update's 2^-m, and zeros; fp16's e_end and
-// decay are taken at 2^m: chunked_kernel.cuh, rescale_state_update), and for fp16 P lo, at the
+// decay are taken at 2^m: chunked_kernel.cuh, rescale_state_update), and for bf16/fp16 P lo, at the
 // next 1024 bytes (a swizzled tile's alignment, so that the record is still one bulk copy into
 // the forward's buffer). A multiple of 128 bytes.
 constexpr std::size_t chunked_record_bytes(std::size_t element_size, bool split, bool p_lo) {
@@ -107,7 +107,7 @@ constexpr std::size_t chunked_record_bytes(std::size_t element_size, bool split,
   return p_lo ? (scalars_end + 1023) / 1024 * 1024 + tile : scalars_end;
 }
 constexpr std::size_t chunked_record_bytes(ElementType input) {
-  return chunked_record_bytes(input == ElementType::f32 ? 4 : 2, input != ElementType::f32, input == ElementType::f16);
+  return chunked_record_bytes(input == ElementType::f32 ? 4 : 2, input != ElementType::f32, input != ElementType::f32);
 }
 // Workspace offsets array: (N + 1) int64, padded to 256 bytes; the records follow.
 constexpr std::size_t chunked_offsets_bytes(int N) { return (std::size_t(N + 1) * 8 + 255) / 256 * 256; }

@@ -105,7 +105,7 @@ struct WgPlan {
   static constexpr std::size_t w_off_tlo = c_bytes;
   static constexpr std::size_t w_off_p = 2 * c_bytes;
   static constexpr std::size_t w_off_scalar = 3 * c_bytes;
-  // fp16: P lo after the scalars, where the record has it (PrepPlan::rec_plo).
+  // P lo after the scalars, where the record has it (PrepPlan::rec_plo; not the single mode).
   static constexpr bool p_lo = Rec::p_lo && !kAffine;
   static constexpr std::size_t w_off_plo = Rec::rec_plo;
   static constexpr std::size_t w_bytes = Rec::p_lo ? Rec::record_bytes : w_off_scalar + 6 * kC * 4;
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     ptx::bulk::bulk_load(W + L::w_off_t, record_src(chunk) + R::rec_t, unsigned(t_parts * L::c_bytes), full_t);
     ptx::bulk::bulk_load(W + L::w_off_scalar, record_src(chunk) + R::rec_scalar, scalar_bytes, full_t);
   };
-  // fp16 but single: P lo too, on the same barrier.
+  // But single: P lo too, on the same barrier.
   constexpr bool copy_plo = L::p_lo && !kSingle;
   auto issue_record_p = [&](std::int64_t chunk) {
     if (!outputs || tid != 0) return;
@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, WgPlan<E, KP, BV, kMode == WgMode::a
     const E* const Tc = reinterpret_cast<const E*>(Wc + L::w_off_t);
     const E* const Tloc = reinterpret_cast<const E*>(Wc + L::w_off_tlo);
     const E* const Pc = reinterpret_cast<const E*>(Wc + L::w_off_p);
-    const E* const Ploc = reinterpret_cast<const E*>(Wc + L::w_off_plo);  // fp16 but single
+    const E* const Ploc = reinterpret_cast<const E*>(Wc + L::w_off_plo);  // but single
     const float* const scalars_c = reinterpret_cast<const float*>(Wc + L::w_off_scalar);
     // The debug buffers' chunk index: chunk_offsets[n] (the host's) equals ws_offsets[n] (the
     // device's), so that of the segment's chunk is first_chunk + chunk_index.

@@ -69,7 +69,7 @@ __device__ __forceinline__ void split(float x0, float x1, std::uint32_t& hi, std
 // The fused forward (kFused): a third warpgroup, the producer, computes each chunk's record
 // (chunked_prepare's work, prepare_chunk) into the record buffer while the two warpgroups of the
 // state (the consumers) run the chunk before it, so that the prepass's workspace round trip
-// (about 26 KB a chunk and head written, then read back) and its launch are gone. Registers: the
+// (about 34 KB a chunk and head written, then read back) and its launch are gone. Registers: the
 // entry count of 384 threads is 168; the producer gives its warpgroup's down to
 // kFusedProducerRegisters and the consumers take kFusedConsumerRegisters (2 x 224 + 56 = 3 x 168:
 // setmaxnreg.inc waits until the pool has them).
@@ -106,7 +106,9 @@ struct WgtPlan {
   static constexpr std::size_t q_bytes = std::size_t(KP) * kC * 2;
   static constexpr std::size_t v_bytes = std::size_t(BV) * kC * 2;
   static constexpr std::size_t align1024(std::size_t x) { return (x + 1023) / 1024 * 1024; }
-  static constexpr std::size_t w_off_t = 0, w_off_tlo = Rec::rec_tlo, w_off_p = Rec::rec_p, w_off_scalar = Rec::rec_scalar;
+  static constexpr std::size_t w_off_t = 0, w_off_tlo = Rec::rec_tlo, w_off_p = Rec::rec_p, w_off_scalar = Rec::rec_scalar,
+                               w_off_plo = Rec::rec_plo;
+  static_assert(Rec::p_lo, "the record has P lo (P Vnew takes P hi + lo)");
   static constexpr std::size_t q_slot = align1024(q_bytes), v_slot = align1024(v_bytes),
                                w_slot = align1024(Rec::record_bytes);
   static constexpr std::size_t off_q = 0;                     // + buffer * q_slot
@@ -272,8 +274,9 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     return p.ws_records + (chunk * p.HV + j) * static_cast<std::int64_t>(R::record_bytes);
   };
   // Chunk `index`'s Q, K, V and whole record into buffer index & 1, on that buffer's barrier
-  // (single rounding: the record without T lo, which the prepass then does not write).
-  constexpr unsigned record_copied = unsigned(kSingle ? R::record_bytes - (R::rec_p - R::rec_tlo) : R::record_bytes);
+  // (single rounding: the record without T lo and P lo, which the prepass then does not write).
+  constexpr unsigned record_copied =
+      unsigned(kSingle ? R::scalars_end - (R::rec_p - R::rec_tlo) : R::record_bytes);
   auto issue_chunk = [&](int index) {
     const int b = index & 1;
     const int token = static_cast<int>(bos + std::int64_t(index) * kC);
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     } else if constexpr (kSingle) {
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::rec_tlo), full + b);
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot + R::rec_p, record_src(first_chunk + index) + R::rec_p,
-                      unsigned(R::record_bytes - R::rec_p), full + b);
+                      unsigned(R::scalars_end - R::rec_p), full + b);
     } else {
       ptx::bulk::bulk_load(smem + L::off_w + b * L::w_slot, record_src(first_chunk + index), unsigned(R::record_bytes), full + b);
     }
@@ -417,6 +420,7 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
     const unsigned char* const Tc = Wc + L::w_off_t;
     const unsigned char* const Tloc = Wc + L::w_off_tlo;
     const unsigned char* const Pc = Wc + L::w_off_p;
+    const unsigned char* const Ploc = Wc + L::w_off_plo;  // but single
     float Vacc[NC][4];
     zero(Vacc);
     wg::fence();
@@ -456,7 +460,8 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
       }
     }
 
-    // --- S^T = decay S^T + Vnew_d^T K (hi, then lo); O^T += Vnew^T P^T (hi, lo per k step) -----
+    // --- S^T = decay S^T + Vnew_d^T K (hi, then lo); O^T += Vnew^T (P hi + P lo)^T: per k step
+    // P Vnew hi, P Vnew lo, P lo Vnew hi (chunked_forward_wg's order) ----------------------------
     const float decay = sc[5 * kC];
 #pragma unroll
     for (int nk = 0; nk < NK; ++nk)
@@ -472,7 +477,10 @@ __global__ void __launch_bounds__(kFused ? kFusedThreads : kThreads, 1)
 #pragma unroll
     for (int ks = 0; ks < CS; ++ks) {
       wg::mma_rs_kb(O, vn[ks], wg::a_desc_sw128(Pc, ks), __nv_bfloat16{});
-      if constexpr (!kSingle) wg::mma_rs_kb(O, vn_lo[ks], wg::a_desc_sw128(Pc, ks), __nv_bfloat16{});
+      if constexpr (!kSingle) {
+        wg::mma_rs_kb(O, vn_lo[ks], wg::a_desc_sw128(Pc, ks), __nv_bfloat16{});
+        wg::mma_rs_kb(O, vn[ks], wg::a_desc_sw128(Ploc, ks), __nv_bfloat16{});
+      }
     }
     wg::commit();
     wg::wait_all();

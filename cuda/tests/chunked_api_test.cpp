@@ -250,15 +250,16 @@ TEST_CASE("chunked api: the fused schedule: where the plan takes it, and a bad v
 
 TEST_CASE("chunked api: the prepass workspace: size, alignment, rejection", "[chunked][api]") {
   // base(): 1 + 1 + 0 + 3 chunks, HV 4; (N + 1) int64 offsets padded to 256 bytes, then per
-  // (chunk, head) 3 x 64 x 64 bf16 + 6 x 64 fp32 = 26112 bytes (fp32: 2 x 64 x 64 fp32 + same).
+  // (chunk, head) 3 x 64 x 64 bf16 + 6 x 64 fp32 = 26112 bytes, then P lo (64 x 64 bf16) at the
+  // next 1024 bytes: 34816 (fp32: 2 x 64 x 64 fp32 + the scalars, no P lo).
   const Problem p = base();
   // offsets | records | the long sequences' ranks of two V tiles (256 bytes each for N < 32).
-  CHECK(chunked_workspace_bytes(p, 0) == 256 + 5 * 4 * 26112 + 256);
+  CHECK(chunked_workspace_bytes(p, 0) == 256 + 5 * 4 * 34816 + 256);
   // The one-argument size is the default options': base() (H 2 HV 4, V 128) is split by the
   // heads into segments of 32 chunks (one per sequence here): the split's offsets and maps.
   CHECK(chunked_split_by_heads(p) == 32);
   CHECK(chunked_workspace_bytes(p) == chunked_workspace_bytes(p, 32));
-  CHECK(chunked_workspace_bytes(p) == 256 + 5 * 4 * 26112 + 256 + 4 * 4 * 128 * 256 * 4);
+  CHECK(chunked_workspace_bytes(p) == 256 + 5 * 4 * 34816 + 256 + 4 * 4 * 128 * 256 * 4);
   Problem f32 = base();
   f32.input_dtype = DType::f32;
   CHECK(chunked_workspace_bytes(f32) == 256 + 5 * 4 * 34304 + 256);  // fp32: never split

@@ -37,7 +37,7 @@ def emulate(problem, inputs: dict, formulation: str = "chunked", chunk_size: int
 def emulate_operands(problem, inputs: dict, rounding: str = "single") -> dict:
     """reference::emulate_operands: the chunked form in fp32 with tensor-core operands rounded to
     the input dtype (split, single, split_state, split_state_pv, s0_once, single_qk, split_all:
-    the chunked kernel's design; split_all_p: that with bf16's P split too, its next design)."""
+    the chunked kernel's design; split_all_p_once: that with bf16's P rounded once, the design before)."""
     return _core.emulate_operands(problem, as_numpy_inputs(inputs), rounding)
 
 

@@ -727,8 +727,8 @@ PYBIND11_MODULE(_core, m) {
     else if (rounding == "s0_once") r = reference::OperandRounding::s0_once;
     else if (rounding == "single_qk") r = reference::OperandRounding::single_qk;
     else if (rounding == "split_all") r = reference::OperandRounding::split_all;
-    else if (rounding == "split_all_p") r = reference::OperandRounding::split_all_p;
-    else value_error("rounding must be split, single, split_state, split_state_pv, s0_once, single_qk, split_all or split_all_p, got '" + rounding + "'");
+    else if (rounding == "split_all_p_once") r = reference::OperandRounding::split_all_p_once;
+    else value_error("rounding must be split, single, split_state, split_state_pv, s0_once, single_qk, split_all or split_all_p_once, got '" + rounding + "'");
     return outputs_to_py(reference::emulate_operands(p, inputs_from_py(p, inputs), r));
   });
 

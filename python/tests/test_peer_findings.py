@@ -218,12 +218,12 @@ CHUNKED_BF16_P_CASE = os.path.join(os.path.dirname(FAILURES), "..", "fuzz_chunke
 
 def test_chunked_bf16_p_once_fail_is_the_design():
     """The sequence split's bf16 FAIL (the CLI fuzz on an H100; shrunk to K 16, T 117, one head,
-    beta up to 2, no decay: o.max_abs just over budget) is the kernel's design, not its
-    arithmetic: bf16's P goes into P Vnew rounded once, and where P Vnew cancels that one
-    rounding is most of o's error. The CPU model of the design (split_all) gives the kernel's
-    max_abs to three digits and fails the same way; with P hi + lo (split_all_p, the kernel's
-    next design: docs/cuda_chunked.md, "Known failure") it passes with room, at about the fp32
-    emulation's error."""
+    beta up to 2, no decay: o.max_abs just over budget) was the kernel's design of then, not its
+    arithmetic: bf16's P went into P Vnew rounded once, and where P Vnew cancels that one
+    rounding is most of o's error. The CPU model of that design (split_all_p_once) gives the
+    kernel's max_abs to three digits and fails the same way; the design now takes P hi + lo for
+    bf16 as for fp16 (split_all), and its model passes with room, at about the fp32 emulation's
+    error (docs/cuda_chunked.md, "bf16's P rounded once")."""
     if not os.path.exists(CHUNKED_BF16_P_CASE):
         pytest.skip("the chunked fuzz failure is not in this checkout")
     case = gt.read_case_file(CHUNKED_BF16_P_CASE)
@@ -233,10 +233,10 @@ def test_chunked_bf16_p_once_fail_is_the_design():
     assert kernel.status == "FAIL" and kernel.worst_check["tensor"] == "o"
     assert 1.0 < kernel.worst_margin < 1.2, kernel.worst_margin
     budget = "calibrated(state_unit=input)"
-    design = gt.judge(p, x, gt.emulate_operands(p, x, "split_all"), formulation="chunked", budget=budget)
-    assert design.status == "FAIL" and abs(design.worst_margin - kernel.worst_margin) < 0.01 * kernel.worst_margin
-    fixed = gt.judge(p, x, gt.emulate_operands(p, x, "split_all_p"), formulation="chunked", budget=budget)
-    assert fixed.status == "PASS" and fixed.worst_margin < 0.8, fixed.worst_margin
+    before = gt.judge(p, x, gt.emulate_operands(p, x, "split_all_p_once"), formulation="chunked", budget=budget)
+    assert before.status == "FAIL" and abs(before.worst_margin - kernel.worst_margin) < 0.01 * kernel.worst_margin
+    now = gt.judge(p, x, gt.emulate_operands(p, x, "split_all"), formulation="chunked", budget=budget)
+    assert now.status == "PASS" and now.worst_margin < 0.8, now.worst_margin
 
 
 # The regime of that failure as a case space, where the CPU fuzz of the two designs ran
@@ -271,7 +271,7 @@ FUZZ_SPACE = dict(max_V=256, max_work=4e6)
 def test_chunked_design_split_all_passes_the_fuzzers_o_failures(index, dtype):
     """The chunked kernel's previous design (split_state_pv: S0 rounded once in Q S0, P once) took
     o past the default mode's budget on these cases, found by the GPU fuzz and reproduced by its
-    operand model; the design now (split_all: S0 hi + lo in Q S0 too, and fp16's P hi + lo)
+    operand model; the design now (split_all: S0 hi + lo in Q S0 too, and P hi + lo)
     passes them with room. The same budget as the kernel's default mode."""
     space = gt.CaseSpace("chunked_prefill", **FUZZ_SPACE)
     case = space.case(index, seed=20261206)
