@@ -240,7 +240,7 @@ def test_chunked_bf16_p_once_fail_is_the_design():
 
 
 # The regime of that failure as a case space, where the CPU fuzz of the two designs ran
-# (docs/cuda_chunked.md, "Known failure").
+# (docs/cuda_chunked.md, "bf16's P rounded once").
 P_CANCELLATION_SPACE = dict(K_values=[16], V_values=[16, 32, 64], regimes=["no_decay"], negative_eigenvalues="always",
                             input_dtypes=["bf16"], max_work=2e6, min_work=1)
 
