@@ -15,7 +15,7 @@
 # it brings back call.log and the fuzz phase's run.log and results archive.
 # Carries .carry/call_f.tar.xz (cuda_gpu_tests, cuda_chunked_bench, cuda_chunked_bench_before,
 # gdn-testbed, libbenchmark: one xz stream).
-# Built from branch bf16-p-lo (P lo for bf16; git merge --ff-only bf16-p-lo on main first).
+# Built from main at 9f03f4a or later (P lo for bf16); calls F and G ran at 9f03f4a (call_f/README.md).
 #   DEADLINE=540 bash reports/results/h100/fused_forward/call_f.sh COMMIT [fuzz]
 set -uo pipefail
 COMMIT=${1:?commit}
@@ -36,9 +36,9 @@ fi
 { echo "== [transposed]"; timeout 60 /tmp/bin/cuda_gpu_tests "[transposed]" 2>&1 | tail -3; } >> "$LOG"
 
 FILTER='BM_chunked_(default|single)/'
-LD_LIBRARY_PATH=/tmp/bin timeout 90 /tmp/bin/cuda_chunked_bench --benchmark_filter="$FILTER" \
+LD_LIBRARY_PATH=/tmp/bin timeout 150 /tmp/bin/cuda_chunked_bench --benchmark_filter="$FILTER" \
   --benchmark_out="$OUT/bench_chunked.json" --benchmark_out_format=json > /tmp/bench.txt 2>&1
-LD_LIBRARY_PATH=/tmp/bin timeout 90 /tmp/bin/cuda_chunked_bench_before --benchmark_filter="$FILTER" \
+LD_LIBRARY_PATH=/tmp/bin timeout 150 /tmp/bin/cuda_chunked_bench_before --benchmark_filter="$FILTER" \
   --benchmark_out="$OUT/bench_chunked_before.json" --benchmark_out_format=json > /tmp/bench_before.txt 2>&1
 { echo "== after"; grep -E "^BM_" /tmp/bench.txt | awk '{print $1, $2, $3}'
   echo "== before (ab90c92)"; grep -E "^BM_" /tmp/bench_before.txt | awk '{print $1, $2, $3}'; } >> "$LOG"
