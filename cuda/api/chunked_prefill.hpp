@@ -87,7 +87,8 @@ enum class ChunkedRounding { split, single };
 //     fused forward's producer takes longer per chunk than the state warpgroups (measured:
 //     reports/results/h100/fused_forward), so fused is named, not chosen.
 //   two_pass: the prepass kernel writes each (chunk, value head)'s record (T, P, the gate
-//     scalars, P lo: 34 KB at bf16, 26 KB in single rounding, which writes no T lo and no P lo) to the workspace, and the state kernel reads it back.
+//     scalars, P lo: 34 KB at bf16; single rounding writes 17.5 KB of it, no T lo and no P lo)
+//     to the workspace, and the state kernel reads it back.
 //   fused: one state kernel whose third warpgroup computes each chunk's record in shared memory
 //     while the other two run the chunk before it (chunked_wgmma_transposed.cuh): no prepass and
 //     no records in the workspace. The same records bit for bit, so the same outputs as
